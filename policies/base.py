@@ -1,0 +1,71 @@
+"""The policy interface and the registry that maps config names to classes.
+
+A policy is constructed once from its typed config and then asked, for each
+request, to ``pick`` a replica from an immutable snapshot. ``pick`` must be
+pure with respect to the outside world: everything it needs comes in through
+its arguments or was injected at construction (clock, random source, index).
+Learning from a routed request happens in the separate ``observe`` step, so a
+decision can be replayed or simulated without side effects.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
+
+
+class Policy(Protocol):
+    name: str
+
+    def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:
+        """Choose a replica. Raises :class:`NoReplicaAvailable` when none is healthy."""
+        ...
+
+    def observe(self, request: RouteRequest, decision: Decision) -> None:
+        """Learn from a request that was sent (approximate indexes record it here)."""
+        ...
+
+    def forget_replica(self, replica_id: str) -> None:
+        """Drop all state about a replica (it went unhealthy or was removed)."""
+        ...
+
+
+def healthy(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
+    """The candidates a policy may choose from; raises when there are none."""
+    candidates = [r for r in replicas if r.healthy]
+    if not candidates:
+        raise NoReplicaAvailable("no healthy replica")
+    return candidates
+
+
+def by_load(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
+    """Replicas ordered least loaded first, ties broken by id for determinism."""
+    return sorted(replicas, key=lambda r: (r.load, r.kv_usage, r.id))
+
+
+PolicyFactory = Callable[[Mapping[str, Any]], Policy]
+
+
+class Registry:
+    """Maps config names to policy factories. Unknown names are errors."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, PolicyFactory] = {}
+
+    def register(self, name: str, factory: PolicyFactory) -> None:
+        if name in self._factories:
+            raise ValueError(f"policy {name!r} registered twice")
+        self._factories[name] = factory
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def create(self, name: str, options: Mapping[str, Any] | None = None) -> Policy:
+        try:
+            factory = self._factories[name]
+        except KeyError:
+            raise ValueError(
+                f"unknown policy {name!r}; choose one of: {', '.join(self.names())}"
+            ) from None
+        return factory(options or {})

@@ -1,0 +1,72 @@
+"""Typed values that cross the boundary between the gateway and a policy.
+
+A policy sees only these: an immutable view of each replica taken before the
+decision, and the request reduced to what routing needs (its KV-block hashes,
+token count, optional session key). It answers with a :class:`Decision`. No
+awaits, no I/O, no clock it was not handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """What the pool knows about one replica at the moment of the decision."""
+
+    id: str
+    healthy: bool = True
+    inflight: int = 0
+    """Requests the gateway has sent to this replica and not yet finished."""
+    running: int = 0
+    """``vllm:num_requests_running`` from the last scrape."""
+    waiting: int = 0
+    """``vllm:num_requests_waiting`` from the last scrape."""
+    kv_usage: float = 0.0
+    """``vllm:kv_cache_usage_perc`` in [0, 1] from the last scrape."""
+    block_size: int = 16
+    block_capacity: int = 0
+    """KV blocks the replica holds in total (0 when unknown)."""
+
+    @property
+    def load(self) -> int:
+        """Outstanding work: what the gateway has in flight or the engine queued."""
+        return max(self.inflight, self.running) + self.waiting
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    """A request as routing sees it."""
+
+    model: str
+    block_hashes: tuple[int, ...] = ()
+    """Chained hashes of the full KV blocks of the rendered prompt."""
+    prompt_tokens: int = 0
+    block_size: int = 16
+    session_key: str | None = None
+    """``x-session-id`` header or the OpenAI ``user`` field, when present."""
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The policy's answer: where to send the request, and why."""
+
+    replica_id: str
+    reason: str
+    """Bounded label: e.g. ``hit``, ``miss``, ``load-fallback``, ``round-robin``."""
+    fallbacks: tuple[str, ...] = ()
+    """Other healthy replicas in preference order, tried before the first byte."""
+    matched_blocks: Mapping[str, int] = field(default_factory=dict)
+    """Blocks of the prompt each replica is believed to hold."""
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return (self.replica_id, *self.fallbacks)
+
+
+class NoReplicaAvailable(Exception):
+    """Raised by a policy when no healthy candidate is left."""
