@@ -1,0 +1,50 @@
+"""KV-cache events as the precise index consumes them.
+
+These mirror vLLM's KV-event wire format (decoded in ``engine.kv_events``)
+but carry no transport detail: hashes are the *engine's* block hashes as
+unsigned 64-bit ints (or bytes, for engines that publish digests); the
+precise index re-hashes ``token_ids`` into the gateway's own chain and keeps
+a map from engine hashes to ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+EngineHash = Union[int, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    block_hashes: tuple[EngineHash, ...]
+    parent_block_hash: EngineHash | None
+    token_ids: tuple[int, ...]
+    """Token ids of all stored blocks, concatenated, ``block_size`` per block."""
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    block_hashes: tuple[EngineHash, ...]
+    medium: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    pass
+
+
+KVEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+
+
+@dataclass(frozen=True, slots=True)
+class EventBatch:
+    """One published message: its sequence number and the events inside."""
+
+    seq: int
+    timestamp: float
+    events: tuple[KVEvent, ...]
+    data_parallel_rank: int | None = None
