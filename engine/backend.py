@@ -1,0 +1,57 @@
+"""The one seam between the gateway and a replica.
+
+A ``Backend`` sends one request and hands back an :class:`UpstreamResponse`
+whose body is read as a stream of byte chunks — the gateway forwards those
+bytes unchanged (SSE passthrough). The remote implementation speaks HTTP to a
+vLLM server; an in-process engine implements the same two methods. Nothing
+above this protocol branches on which implementation it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Awaitable, Callable, Mapping, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    connect: float = 5.0
+    """Seconds to establish a connection."""
+    first_byte: float = 600.0
+    """Seconds until the response starts (a non-streaming reply arrives whole)."""
+    idle: float = 120.0
+    """Seconds allowed between two chunks of a streaming response."""
+    probe: float = 2.0
+    """Seconds for health checks and metric scrapes."""
+
+
+@dataclass(slots=True)
+class UpstreamResponse:
+    status_code: int
+    headers: Mapping[str, str]
+    chunks: AsyncIterator[bytes]
+    """The body as it arrives; raises ``engine.errors`` types on failure."""
+    close: Callable[[], Awaitable[None]]
+
+    async def read(self) -> bytes:
+        try:
+            return b"".join([chunk async for chunk in self.chunks])
+        finally:
+            await self.close()
+
+
+class Backend(Protocol):
+    replica_id: str
+
+    async def send(
+        self, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> UpstreamResponse:
+        """POST ``body`` to ``path``; returns once the status line has arrived."""
+        ...
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """A small GET (``/health``, ``/metrics``, ``/v1/models``) with the probe timeout."""
+        ...
+
+    async def aclose(self) -> None:
+        ...

@@ -1,0 +1,36 @@
+"""Errors raised by the engine layer.
+
+    EngineError                 anything that went wrong talking to a replica
+    ├── ReplicaUnavailable      could not connect / connection refused / reset
+    │                           before the first byte: safe to retry elsewhere
+    ├── ReplicaTimeout          no first byte, or idle between chunks too long
+    └── ReplicaStreamBroken     the replica failed after bytes were sent
+
+httpx's exceptions are translated here, at the one boundary where they enter
+(``engine.remote``); nothing above this layer sees an httpx type.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    def __init__(self, replica_id: str, message: str) -> None:
+        super().__init__(f"replica {replica_id}: {message}")
+        self.replica_id = replica_id
+        self.detail = message
+
+
+class ReplicaUnavailable(EngineError):
+    """Nothing was sent back yet: the request may be retried on another replica."""
+
+
+class ReplicaTimeout(EngineError):
+    """The replica did not answer in time."""
+
+    def __init__(self, replica_id: str, message: str, before_first_byte: bool) -> None:
+        super().__init__(replica_id, message)
+        self.before_first_byte = before_first_byte
+
+
+class ReplicaStreamBroken(EngineError):
+    """The response broke off after the first byte reached the client."""

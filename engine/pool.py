@@ -1,0 +1,233 @@
+"""The replica pool: health, load and cache facts about every replica.
+
+Each replica gets its own probe loop (a slow replica never delays another):
+``GET /health``; when that answers 200, ``GET /metrics`` (vLLM's running /
+waiting / KV usage / prefix-cache counters, block size and capacity from
+``vllm:cache_config_info``) and, now and then, ``GET /v1/models``. A replica
+that fails ``fail_threshold`` probes in a row — or that the request path
+reports as unreachable — leaves rotation at once; one good probe brings it
+back. Listeners hear every change of health (policies drop what they knew).
+
+In-flight accounting is the gateway's own: ``with pool.lease(id):`` counts a
+request from the moment it is routed until its last byte, whatever way it ends.
+``snapshot()`` returns frozen :class:`policies.types.ReplicaView` values, so a
+policy decides on a consistent picture with no awaits inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Sequence
+
+import orjson
+
+from policies.types import ReplicaView
+
+from .backend import Backend
+from .errors import EngineError
+from .scrape import ReplicaMetrics, parse_vllm_metrics
+
+log = logging.getLogger("prefixgate.pool")
+
+HealthListener = Callable[[str, bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSpec:
+    id: str
+    url: str
+    model: str | None = None
+    """Model the replica serves; discovered from ``/v1/models`` when not given."""
+    kind: str = "remote"
+    block_size: int | None = None
+    """KV block size; read from the replica's metrics when not given."""
+
+
+@dataclass(slots=True)
+class Replica:
+    spec: ReplicaSpec
+    backend: Backend
+    healthy: bool = False
+    inflight: int = 0
+    metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
+    served_models: tuple[str, ...] = ()
+    last_error: str | None = None
+    last_probe: float | None = None
+    consecutive_failures: int = 0
+    probes: int = 0
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        if self.served_models:
+            return self.served_models
+        if self.spec.model:
+            return (self.spec.model,)
+        return self.metrics.model_names
+
+    def block_size(self, default: int) -> int:
+        return self.spec.block_size or self.metrics.block_size or default
+
+    def view(self, default_block_size: int) -> ReplicaView:
+        return ReplicaView(
+            id=self.spec.id,
+            healthy=self.healthy,
+            inflight=self.inflight,
+            running=self.metrics.running,
+            waiting=self.metrics.waiting,
+            kv_usage=self.metrics.kv_usage,
+            block_size=self.block_size(default_block_size),
+            block_capacity=self.metrics.num_gpu_blocks or 0,
+        )
+
+
+class ReplicaPool:
+    def __init__(
+        self,
+        replicas: Sequence[tuple[ReplicaSpec, Backend]],
+        health_interval: float = 1.0,
+        fail_threshold: int = 1,
+        models_every: int = 10,
+        default_block_size: int = 16,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        ids = [spec.id for spec, _ in replicas]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"replica ids must be unique: {ids}")
+        self._replicas = {spec.id: Replica(spec, backend) for spec, backend in replicas}
+        self.health_interval = health_interval
+        self.fail_threshold = max(1, fail_threshold)
+        self.models_every = max(1, models_every)
+        self.default_block_size = default_block_size
+        self._clock = clock
+        self._listeners: list[HealthListener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Probe every replica once (so readiness is known), then keep probing."""
+        await asyncio.gather(*(self.probe(r) for r in self._replicas.values()))
+        for replica in self._replicas.values():
+            self._tasks.append(asyncio.create_task(self._probe_loop(replica),
+                                                   name=f"probe-{replica.id}"))
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        await asyncio.gather(*(r.backend.aclose() for r in self._replicas.values()),
+                             return_exceptions=True)
+
+    def add_listener(self, listener: HealthListener) -> None:
+        self._listeners.append(listener)
+
+    # -- views ---------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Replica]:
+        return iter(self._replicas.values())
+
+    def __len__(self) -> int:
+        return len(self._replicas)
+
+    def get(self, replica_id: str) -> Replica:
+        return self._replicas[replica_id]
+
+    def snapshot(self, model: str | None = None) -> list[ReplicaView]:
+        return [r.view(self.default_block_size) for r in self._replicas.values()
+                if model is None or model in r.models]
+
+    def serving(self, model: str) -> list[Replica]:
+        return [r for r in self._replicas.values() if model in r.models]
+
+    def healthy_models(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for replica in self._replicas.values():
+            if replica.healthy:
+                for model in replica.models:
+                    seen.setdefault(model, None)
+        return list(seen)
+
+    def known_models(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for replica in self._replicas.values():
+            for model in replica.models:
+                seen.setdefault(model, None)
+        return list(seen)
+
+    # -- accounting ------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lease(self, replica_id: str) -> Iterator[Replica]:
+        replica = self._replicas[replica_id]
+        replica.inflight += 1
+        try:
+            yield replica
+        finally:
+            replica.inflight -= 1
+
+    def report_failure(self, replica_id: str, error: str) -> None:
+        """The request path could not reach the replica: take it out now."""
+        replica = self._replicas[replica_id]
+        replica.last_error = error
+        replica.consecutive_failures = max(replica.consecutive_failures, self.fail_threshold)
+        self._set_health(replica, False)
+
+    # -- probing -----------------------------------------------------------------
+
+    async def _probe_loop(self, replica: Replica) -> None:
+        while True:
+            await asyncio.sleep(self.health_interval)
+            await self.probe(replica)
+
+    async def probe(self, replica: Replica) -> None:
+        replica.probes += 1
+        replica.last_probe = self._clock()
+        try:
+            status, _ = await replica.backend.get("/health")
+            if status != 200:
+                raise EngineError(replica.id, f"/health answered {status}")
+            status, body = await replica.backend.get("/metrics")
+            if status == 200:
+                replica.metrics = parse_vllm_metrics(body.decode("utf-8", "replace"))
+            if not replica.served_models or replica.probes % self.models_every == 0:
+                replica.served_models = await self._models(replica)
+        except EngineError as exc:
+            replica.last_error = exc.detail
+            replica.consecutive_failures += 1
+            if replica.consecutive_failures >= self.fail_threshold:
+                self._set_health(replica, False)
+            return
+        replica.consecutive_failures = 0
+        self._set_health(replica, True)
+
+    async def _models(self, replica: Replica) -> tuple[str, ...]:
+        status, body = await replica.backend.get("/v1/models")
+        if status != 200:
+            return replica.served_models
+        try:
+            data = orjson.loads(body).get("data", [])
+            return tuple(str(item["id"]) for item in data if isinstance(item, dict) and "id" in item)
+        except (orjson.JSONDecodeError, AttributeError, KeyError):
+            return replica.served_models
+
+    def _set_health(self, replica: Replica, healthy: bool) -> None:
+        if replica.healthy == healthy:
+            return
+        replica.healthy = healthy
+        if healthy:
+            log.info("replica %s is healthy", replica.id)
+        else:
+            log.warning("replica %s left rotation: %s", replica.id, replica.last_error)
+        for listener in self._listeners:
+            listener(replica.id, healthy)

@@ -1,0 +1,88 @@
+"""Remote backend: a vLLM OpenAI server over HTTP, one pooled client per replica."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Mapping
+
+import httpx
+
+from .backend import Timeouts, UpstreamResponse
+from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
+
+# Hop-by-hop and length headers are the gateway's to set, not the replica's.
+_DROP_REQUEST_HEADERS = {"host", "content-length", "connection", "transfer-encoding",
+                         "accept-encoding", "keep-alive", "upgrade", "te"}
+
+
+class RemoteBackend:
+    def __init__(
+        self,
+        replica_id: str,
+        base_url: str,
+        timeouts: Timeouts,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_connections: int = 1000,
+        api_key: str | None = None,
+    ) -> None:
+        self.replica_id = replica_id
+        self.base_url = base_url.rstrip("/")
+        self.timeouts = timeouts
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        limits = httpx.Limits(max_connections=max_connections,
+                              max_keepalive_connections=max_connections)
+        # Read timeouts are enforced per phase below (first byte vs idle), so the
+        # client-level read timeout is off.
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(connect=timeouts.connect, read=None, write=30.0, pool=30.0),
+            limits=limits,
+            transport=transport,
+        )
+
+    async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        out_headers = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
+        out_headers.update(self._auth)
+        out_headers["content-type"] = "application/json"
+        request = self._client.build_request("POST", path, content=body, headers=out_headers)
+        try:
+            async with asyncio.timeout(self.timeouts.first_byte):
+                response = await self._client.send(request, stream=True)
+        except TimeoutError:
+            raise ReplicaTimeout(self.replica_id, "no response before the first-byte timeout",
+                                 before_first_byte=True) from None
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                httpx.ReadError, httpx.WriteError, httpx.PoolTimeout) as exc:
+            raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+        return UpstreamResponse(
+            status_code=response.status_code,
+            headers=dict(response.headers),
+            chunks=self._chunks(response),
+            close=response.aclose,
+        )
+
+    async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
+        iterator = response.aiter_bytes().__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout(self.timeouts.idle):
+                    chunk = await iterator.__anext__()
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise ReplicaTimeout(self.replica_id, "stream idle for too long",
+                                     before_first_byte=False) from None
+            except httpx.HTTPError as exc:
+                raise ReplicaStreamBroken(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+            if chunk:
+                yield chunk
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            response = await self._client.get(path, timeout=self.timeouts.probe, headers=self._auth)
+        except httpx.HTTPError as exc:
+            raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -1,0 +1,119 @@
+"""Read a vLLM replica's Prometheus ``/metrics`` text into typed figures.
+
+Only the series routing and the ops view need are read, line by line (a full
+exposition parser costs milliseconds on vLLM's many histograms). Values of a
+series with several label sets (one per engine in data-parallel mode) are
+summed; KV usage is averaged. Older vLLM names are accepted beside new ones.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_GAUGES_SUM = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:prefix_cache_queries_total": "prefix_queries",
+    "vllm:prefix_cache_hits_total": "prefix_hits",
+    "vllm:gpu_prefix_cache_queries_total": "prefix_queries",
+    "vllm:gpu_prefix_cache_hits_total": "prefix_hits",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
+}
+_GAUGES_MEAN = {
+    "vllm:kv_cache_usage_perc": "kv_usage",
+    "vllm:gpu_cache_usage_perc": "kv_usage",
+}
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMetrics:
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    prefix_queries: float = 0.0
+    """Prompt tokens looked up in the prefix cache since the replica started."""
+    prefix_hits: float = 0.0
+    """Of those, tokens found cached."""
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    model_names: tuple[str, ...] = ()
+
+
+def _split(line: str) -> tuple[str, str, float] | None:
+    brace = line.find("{")
+    if brace >= 0:
+        end = line.rfind("}")
+        if end < brace:
+            return None
+        name, labels, rest = line[:brace], line[brace + 1:end], line[end + 1:]
+    else:
+        name, _, rest = line.partition(" ")
+        labels = ""
+    fields = rest.split()
+    if not fields:
+        return None
+    try:
+        value = float(fields[0])
+    except ValueError:
+        return None
+    return name, labels, value
+
+
+def parse_vllm_metrics(text: str) -> ReplicaMetrics:
+    sums: dict[str, float] = {}
+    means: dict[str, list[float]] = {}
+    block_size: int | None = None
+    num_blocks: int | None = None
+    models: set[str] = set()
+    for line in text.splitlines():
+        if not line.startswith("vllm:"):
+            continue
+        parsed = _split(line)
+        if parsed is None:
+            continue
+        name, labels, value = parsed
+        if math.isnan(value):
+            continue
+        if name in _GAUGES_SUM:
+            key = _GAUGES_SUM[name]
+            sums[key] = sums.get(key, 0.0) + value
+        elif name in _GAUGES_MEAN:
+            means.setdefault(_GAUGES_MEAN[name], []).append(value)
+        elif name == "vllm:cache_config_info":
+            info = dict(_LABEL.findall(labels))
+            block_size = _int_or_none(info.get("block_size"))
+            num_blocks = _int_or_none(info.get("num_gpu_blocks"))
+            continue
+        else:
+            continue
+        for key, val in _LABEL.findall(labels):
+            if key == "model_name":
+                models.add(val)
+    kv = means.get("kv_usage")
+    return ReplicaMetrics(
+        running=int(sums.get("running", 0)),
+        waiting=int(sums.get("waiting", 0)),
+        kv_usage=(sum(kv) / len(kv)) if kv else 0.0,
+        prefix_queries=sums.get("prefix_queries", 0.0),
+        prefix_hits=sums.get("prefix_hits", 0.0),
+        prompt_tokens=sums.get("prompt_tokens", 0.0),
+        generation_tokens=sums.get("generation_tokens", 0.0),
+        block_size=block_size,
+        num_gpu_blocks=num_blocks,
+        model_names=tuple(sorted(models)),
+    )
+
+
+def _int_or_none(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(float(text))
+    except ValueError:
+        return None

@@ -1,0 +1,79 @@
+"""``create_app(settings)``: the one place where the gateway is wired together.
+
+Nothing happens at import time. The lifespan builds one backend per replica,
+the pool (and starts its probe loops), the policy from the registry, the
+router, the proxy and the metrics, and tears them down in reverse order.
+``transport`` lets tests put an ``httpx.MockTransport`` under every replica.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import AsyncIterator, Callable
+
+import httpx
+from fastapi import FastAPI
+
+from engine.backend import Backend, Timeouts
+from engine.pool import ReplicaPool, ReplicaSpec
+from engine.remote import RemoteBackend
+from policies.registry import default_registry
+
+from . import errors
+from .api import build_router
+from .config import Settings
+from .metrics import GatewayMetrics
+from .proxy import Proxy
+from .routing import Router
+from .state import GatewayState
+
+log = logging.getLogger("prefixgate")
+
+TransportFactory = Callable[[str], httpx.AsyncBaseTransport]
+
+
+def build_backends(settings: Settings,
+                   transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
+    t = settings.timeouts
+    timeouts = Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle, probe=t.probe)
+    out: list[tuple[ReplicaSpec, Backend]] = []
+    for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
+        spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
+                           block_size=cfg.block_size)
+        backend = RemoteBackend(replica_id, cfg.url, timeouts,
+                                transport=transport(replica_id) if transport else None,
+                                api_key=cfg.api_key)
+        out.append((spec, backend))
+    return out
+
+
+def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
+    registry = default_registry()
+    # Fail at start-up, not on the first request, when the policy is wrong.
+    registry.create(settings.policy, settings.policy_options)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        pool = ReplicaPool(build_backends(settings, transport),
+                           health_interval=settings.health_interval,
+                           fail_threshold=settings.fail_threshold,
+                           default_block_size=settings.default_block_size)
+        metrics = GatewayMetrics(pool)
+        policy = registry.create(settings.policy, settings.policy_options)
+        router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
+        proxy = Proxy(pool, metrics, settings.max_attempts)
+        state = GatewayState(settings, pool, router, proxy, metrics)
+        await pool.start()
+        app.include_router(build_router(state))
+        app.state.gateway = state
+        log.info("prefixgate ready: %d replica(s), policy %s", len(pool), policy.name)
+        try:
+            yield
+        finally:
+            await pool.aclose()
+
+    app = FastAPI(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    errors.install(app)
+    return app

@@ -1,0 +1,105 @@
+"""The ``prefixgate`` command.
+
+    prefixgate serve [--config FILE] [--replica [ID=]URL ...] [--policy NAME] ...
+    prefixgate sim   [...]            a simulated vLLM replica (see engine.sim)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import sys
+from typing import Any, Sequence
+
+import uvicorn
+
+from engine.sim.cli import main as sim_main
+from engine.tokenizer import bundled_qwen_tokenizer_dir
+
+from .app import create_app
+from .config import ConfigError, Settings, load_settings, parse_replica_arg
+from .embedded import simulated_replicas
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prefixgate serve",
+                                description="Run the prefix-cache-aware OpenAI gateway.")
+    p.add_argument("--config", help="YAML settings file (also PREFIXGATE_CONFIG)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8000)")
+    p.add_argument("--replica", action="append", default=[], metavar="[ID=]URL",
+                   help="a vLLM replica's base URL; repeat for several")
+    p.add_argument("--model", help="served model name of the --replica replicas")
+    p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model")
+    p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
+    p.add_argument("--max-body-bytes", type=int)
+    p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--access-log", action="store_true", default=None,
+                   help="one JSON line per request on the log")
+    p.add_argument("--sim-replicas", type=int,
+                   help="embedded default: how many simulated replicas to start")
+    return p
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
+                           "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
+                           "access_log": args.access_log}
+    if args.replica:
+        out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
+    if args.model:
+        out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
+    return out
+
+
+def _embedded(settings: Settings, count: int | None) -> contextlib.AbstractContextManager[list[str]]:
+    cfg = settings.embedded
+    if count:
+        cfg = cfg.model_copy(update={"replicas": count})
+    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.model), None)
+    return simulated_replicas(cfg, tokenizer or bundled_qwen_tokenizer_dir())
+
+
+def serve(argv: Sequence[str]) -> int:
+    args = _serve_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(f"prefixgate: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not settings.access_log:
+        logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
+    with contextlib.ExitStack() as stack:
+        if not settings.replicas:
+            urls = stack.enter_context(_embedded(settings, args.sim_replicas))
+            model = settings.embedded.model
+            settings = settings.model_copy(update={
+                "replicas": Settings.model_validate(
+                    {"replicas": [{"url": u, "id": f"sim{i}", "model": model}
+                                  for i, u in enumerate(urls)]}).replicas})
+        try:
+            app = create_app(settings)
+        except ValueError as exc:
+            print(f"prefixgate: {exc}", file=sys.stderr)
+            return 2
+        print(f"prefixgate: serving on http://{settings.host}:{settings.port}/v1 "
+              f"({len(settings.replicas)} replica(s), policy {settings.policy})", flush=True)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                    access_log=False, loop="auto", http="auto", timeout_graceful_shutdown=5)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"serve": serve, "sim": sim_main}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    return int(commands[argv[0]](argv[1:]) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

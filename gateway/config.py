@@ -1,0 +1,156 @@
+"""Gateway settings: YAML file, then ``PREFIXGATE_*`` environment, then flags.
+
+One validated :class:`Settings` value comes out; unknown keys anywhere are
+errors with the offending key named, so a typo never silently falls back to a
+default. ``load_settings`` merges the three sources in that order of
+precedence (flags win).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """Settings could not be loaded; the message says which key and why."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TimeoutSettings(Strict):
+    connect: float = Field(5.0, gt=0)
+    first_byte: float = Field(600.0, gt=0)
+    idle: float = Field(120.0, gt=0)
+    probe: float = Field(2.0, gt=0)
+
+
+class ReplicaSettings(Strict):
+    url: str
+    id: str | None = None
+    model: str | None = None
+    kind: Literal["remote"] = "remote"
+    block_size: int | None = Field(None, gt=0)
+    api_key: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("replica url must start with http:// or https://")
+        return value.rstrip("/")
+
+
+class ModelSettings(Strict):
+    name: str
+    tokenizer: str | None = None
+    """Hugging Face folder with tokenizer.json and the chat template."""
+
+
+class EmbeddedSettings(Strict):
+    """Replicas the gateway starts itself when none are configured."""
+
+    kind: Literal["sim"] = "sim"
+    replicas: int = Field(2, ge=1, le=16)
+    model: str = "sim-model"
+    block_size: int = Field(16, gt=0)
+    num_blocks: int = Field(4096, gt=0)
+    time_scale: float = Field(1.0, gt=0)
+
+
+class Settings(Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    policy: str = "least_load"
+    policy_options: dict[str, Any] = Field(default_factory=dict)
+    replicas: list[ReplicaSettings] = Field(default_factory=list)
+    models: list[ModelSettings] = Field(default_factory=list)
+    embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    """Replicas tried for one request before the first byte (failover)."""
+    health_interval: float = Field(1.0, gt=0)
+    fail_threshold: int = Field(1, ge=1)
+    default_block_size: int = Field(16, gt=0)
+    retry_after_seconds: int = Field(1, ge=0)
+    log_level: str = "info"
+    access_log: bool = False
+
+    def replica_ids(self) -> list[str]:
+        return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
+
+
+_ENV_SCALARS = {
+    "HOST": "host", "PORT": "port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
+    "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
+    "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
+}
+
+
+def parse_replica_arg(text: str, model: str | None) -> dict[str, Any]:
+    """``URL`` or ``ID=URL`` (flags and the comma-separated env form)."""
+    ident, sep, url = text.partition("=")
+    if not sep or ident.startswith(("http://", "https://")):
+        ident, url = "", text
+    entry: dict[str, Any] = {"url": url.strip()}
+    if ident:
+        entry["id"] = ident.strip()
+    if model:
+        entry["model"] = model
+    return entry
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for suffix, key in _ENV_SCALARS.items():
+        value = env.get(f"PREFIXGATE_{suffix}")
+        if value:
+            out[key] = value
+    replicas = env.get("PREFIXGATE_REPLICAS")
+    if replicas:
+        model = env.get("PREFIXGATE_MODEL")
+        out["replicas"] = [parse_replica_arg(item, model) for item in replicas.split(",") if item]
+    return out
+
+
+def load_settings(
+    config_path: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge file < environment < overrides (from flags) and validate."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    config_path = config_path or env.get("PREFIXGATE_CONFIG")
+    if config_path:
+        try:
+            with open(config_path, encoding="utf-8") as handle:
+                loaded = yaml.safe_load(handle) or {}
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {config_path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config {config_path} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {config_path} must be a mapping at the top level")
+        data.update(loaded)
+    data.update(_from_env(env))
+    data.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+            lines.append(f"  {where}: {msg}")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+    ids = settings.replica_ids()
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"invalid configuration:\n  replicas: duplicate ids {ids}")
+    return settings

@@ -1,0 +1,128 @@
+"""Every error the gateway answers with, rendered in OpenAI's shape.
+
+    GatewayError (status, type, code)       -> {"error": {message, type, param, code}}
+    ├── InvalidRequest      400 invalid_request_error   bad JSON, schema, render
+    ├── ModelNotFound       404 NotFoundError           model not served
+    ├── BodyTooLarge        413 invalid_request_error   body over the limit
+    ├── NoHealthyReplica    503 ServiceUnavailableError (with Retry-After)
+    └── UpstreamFailed      502 / 504                   every replica tried failed
+
+An error a replica answers with is not a GatewayError: its status and body
+are passed through unchanged. Engine errors (``engine.errors``) are turned
+into these in one place, the proxy. ``install`` registers the handlers that
+render them, FastAPI's validation errors, and anything unexpected (a 500 in
+the same JSON shape, never an HTML page).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from .jsonresp import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("prefixgate.errors")
+
+
+class GatewayError(Exception):
+    status = 500
+    type = "InternalServerError"
+    code: str | None = None
+
+    def __init__(self, message: str, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.headers = headers or {}
+
+
+class InvalidRequest(GatewayError):
+    status = 400
+    type = "BadRequestError"
+    code = "invalid_request_error"
+
+
+class ModelNotFound(GatewayError):
+    status = 404
+    type = "NotFoundError"
+    code = "model_not_found"
+
+
+class BodyTooLarge(GatewayError):
+    status = 413
+    type = "BadRequestError"
+    code = "request_too_large"
+
+
+class NoHealthyReplica(GatewayError):
+    status = 503
+    type = "ServiceUnavailableError"
+    code = "no_healthy_replica"
+
+
+class UpstreamFailed(GatewayError):
+    status = 502
+    type = "BadGatewayError"
+    code = "upstream_failed"
+
+
+class UpstreamTimeout(UpstreamFailed):
+    status = 504
+    type = "GatewayTimeoutError"
+    code = "upstream_timeout"
+
+
+def error_body(status: int, message: str, type_: str, param: str | None = None,
+               code: str | int | None = None) -> dict[str, object]:
+    return {"error": {"message": message, "type": type_, "param": param,
+                      "code": code if code is not None else status}}
+
+
+def error_response(exc: GatewayError) -> JSONResponse:
+    return JSONResponse(
+        error_body(exc.status, exc.message, exc.type, exc.param, exc.code),
+        status_code=exc.status,
+        headers=exc.headers,
+    )
+
+
+_STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
+                 404: "NotFoundError", 405: "MethodNotAllowed", 413: "BadRequestError",
+                 422: "BadRequestError", 429: "RateLimitError"}
+
+
+def install(app: FastAPI) -> None:
+    async def on_gateway_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, GatewayError)
+        return error_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        param = ".".join(loc) or None
+        message = f"{param}: {first.get('msg', 'invalid')}" if param else str(first.get("msg"))
+        return error_response(InvalidRequest(message, param=param))
+
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        status = 400 if exc.status_code == 422 else exc.status_code
+        return JSONResponse(
+            error_body(status, str(exc.detail), _STATUS_TYPES.get(status, "APIError")),
+            status_code=status,
+            headers=getattr(exc, "headers", None),
+        )
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse(
+            error_body(500, "internal gateway error", "InternalServerError"), status_code=500
+        )
+
+    app.add_exception_handler(GatewayError, on_gateway_error)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)

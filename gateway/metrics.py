@@ -1,0 +1,122 @@
+"""Every Prometheus series the gateway exports, defined in one place.
+
+Labels are bounded: replica, model, policy, reason, kind, status — never a
+prompt, a user or a key. Gauges that mirror the pool (health, in-flight, the
+replica's own vLLM counters) are read at scrape time by a collector, so the
+numbers cannot drift from the pool's state.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.pool import ReplicaPool
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
+                    5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                 0.5, 0.75, 1.0, 2.5)
+_FAST_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                 0.01, 0.025, 0.05, 0.1)
+
+
+class GatewayMetrics:
+    def __init__(self, pool: ReplicaPool, extra: Iterable[Collector] = ()) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "prefixgate_requests", "Requests answered, by final HTTP status.",
+            ["model", "replica", "status"], registry=r)
+        self.request_seconds = Histogram(
+            "prefixgate_request_duration_seconds", "Time from arrival to the last byte.",
+            ["replica"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.ttft_seconds = Histogram(
+            "prefixgate_time_to_first_token_seconds",
+            "Time from arrival to the first byte of the replica's answer (streaming).",
+            ["replica"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot_seconds = Histogram(
+            "prefixgate_time_per_output_token_seconds",
+            "Mean time between output tokens after the first (streaming).",
+            ["replica"], buckets=_TPOT_BUCKETS, registry=r)
+        self.overhead_seconds = Histogram(
+            "prefixgate_overhead_seconds",
+            "Gateway time before the request leaves for the replica (parse, render, decide).",
+            buckets=_FAST_BUCKETS, registry=r)
+        self.decision_seconds = Histogram(
+            "prefixgate_routing_decision_seconds", "Time the policy took to pick a replica.",
+            ["policy"], buckets=_FAST_BUCKETS, registry=r)
+        self.decisions = Counter(
+            "prefixgate_routing_decisions", "Routing decisions by policy and reason.",
+            ["policy", "reason"], registry=r)
+        self.failovers = Counter(
+            "prefixgate_failovers", "Requests moved to another replica before the first byte.",
+            ["replica"], registry=r)
+        self.stream_errors = Counter(
+            "prefixgate_stream_errors", "Streams that broke after the first byte.",
+            ["replica"], registry=r)
+        self.prompt_tokens = Counter(
+            "prefixgate_prompt_tokens", "Prompt tokens routed to each replica (gateway's count).",
+            ["replica"], registry=r)
+        self.predicted_cached_tokens = Counter(
+            "prefixgate_predicted_cached_tokens",
+            "Prompt tokens the policy expected the replica to hold in its prefix cache.",
+            ["replica"], registry=r)
+        self.usage_prompt_tokens = Counter(
+            "prefixgate_usage_prompt_tokens",
+            "Prompt tokens as reported by the replica in usage.", ["replica"], registry=r)
+        self.usage_cached_tokens = Counter(
+            "prefixgate_usage_cached_tokens",
+            "Cached prompt tokens reported by the replica (usage.prompt_tokens_details).",
+            ["replica"], registry=r)
+        self.completion_tokens = Counter(
+            "prefixgate_completion_tokens", "Output tokens reported by the replica.",
+            ["replica"], registry=r)
+        r.register(PoolCollector(pool))
+        for collector in extra:
+            r.register(collector)
+
+
+class PoolCollector(Collector):
+    """Reads the pool at scrape time: health, load, and the replicas' own counters."""
+
+    def __init__(self, pool: ReplicaPool) -> None:
+        self.pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = GaugeMetricFamily("prefixgate_replica_healthy",
+                                    "1 when the replica is in rotation.", labels=["replica"])
+        inflight = GaugeMetricFamily("prefixgate_replica_inflight_requests",
+                                     "Requests the gateway has open on the replica.",
+                                     labels=["replica"])
+        running = GaugeMetricFamily("prefixgate_replica_running_requests",
+                                    "vllm:num_requests_running as last scraped.",
+                                    labels=["replica"])
+        waiting = GaugeMetricFamily("prefixgate_replica_waiting_requests",
+                                    "vllm:num_requests_waiting as last scraped.",
+                                    labels=["replica"])
+        kv = GaugeMetricFamily("prefixgate_replica_kv_cache_usage_ratio",
+                               "vllm:kv_cache_usage_perc (0-1) as last scraped.",
+                               labels=["replica"])
+        hits = CounterMetricFamily("prefixgate_replica_prefix_cache_hits_tokens",
+                                   "vllm:prefix_cache_hits_total of the replica.",
+                                   labels=["replica"])
+        queries = CounterMetricFamily("prefixgate_replica_prefix_cache_queries_tokens",
+                                      "vllm:prefix_cache_queries_total of the replica.",
+                                      labels=["replica"])
+        for replica in self.pool:
+            labels = [replica.id]
+            healthy.add_metric(labels, 1.0 if replica.healthy else 0.0)
+            inflight.add_metric(labels, replica.inflight)
+            running.add_metric(labels, replica.metrics.running)
+            waiting.add_metric(labels, replica.metrics.waiting)
+            kv.add_metric(labels, replica.metrics.kv_usage)
+            hits.add_metric(labels, replica.metrics.prefix_hits)
+            queries.add_metric(labels, replica.metrics.prefix_queries)
+        yield from (healthy, inflight, running, waiting, kv, hits, queries)
+
+
+ScrapeHook = Callable[[], None]

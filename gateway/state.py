@@ -1,0 +1,96 @@
+"""Everything one gateway instance holds, wired by ``create_app``.
+
+No module globals: the app owns one ``GatewayState``; routes reach it through
+the closure that built them. ``describe`` reduces a request to what routing
+needs (the prefix module plugs its renderer and hasher in here) and moves
+heavy prompt work off the event loop; ``record`` turns a finished request
+into metrics, policy learning and one access-log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from engine.pool import ReplicaPool
+from policies.types import RouteRequest
+
+from .config import Settings
+from .metrics import GatewayMetrics
+from .proxy import Outcome, Proxy
+from .routing import Routed, Router
+
+log = logging.getLogger("prefixgate.access")
+
+OffloadCheck = Callable[[Mapping[str, Any]], bool]
+
+
+class GatewayState:
+    def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
+                 metrics: GatewayMetrics, offload: OffloadCheck | None = None) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.router = router
+        self.proxy = proxy
+        self.metrics = metrics
+        self.started_at = time.time()
+        self._offload = offload or (lambda body: False)
+
+    def expected_models(self) -> list[str]:
+        configured = [m.name for m in self.settings.models]
+        configured += [r.model for r in self.settings.replicas if r.model]
+        return list(dict.fromkeys(configured)) or self.pool.known_models()
+
+    async def describe(self, model: str, body: Mapping[str, Any], kind: str,
+                       session_key: str | None, request_id: str) -> RouteRequest:
+        if self._offload(body):
+            return await asyncio.to_thread(self.router.route_request, model, body, kind,
+                                           session_key, request_id)
+        return self.router.route_request(model, body, kind, session_key, request_id)
+
+    @staticmethod
+    def with_model(data: dict[str, Any], model: str) -> bytes:
+        return orjson.dumps({**data, "model": model})
+
+    @staticmethod
+    def predicted_cached(routed: Routed, replica_id: str) -> int:
+        blocks = routed.decision.matched_blocks.get(replica_id, 0)
+        request = routed.request
+        return min(blocks * request.block_size, request.prompt_tokens)
+
+    def record(self, model: str, routed: Routed, outcome: Outcome, started: float) -> None:
+        m = self.metrics
+        replica = outcome.replica_id or "none"
+        m.requests.labels(model, replica, str(outcome.status)).inc()
+        elapsed = time.perf_counter() - started
+        if outcome.status == 200 and outcome.replica_id:
+            self.router.observe(routed, outcome.replica_id)
+            m.request_seconds.labels(replica).observe(elapsed)
+            predicted = self.predicted_cached(routed, replica)
+            m.prompt_tokens.labels(replica).inc(routed.request.prompt_tokens)
+            m.predicted_cached_tokens.labels(replica).inc(predicted)
+            if outcome.ttft is not None:
+                m.ttft_seconds.labels(replica).observe(outcome.ttft)
+                if outcome.output_tokens > 1:
+                    m.tpot_seconds.labels(replica).observe(
+                        (elapsed - outcome.ttft) / (outcome.output_tokens - 1))
+            if outcome.usage is not None:
+                m.usage_prompt_tokens.labels(replica).inc(outcome.usage.prompt_tokens)
+                m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
+                if outcome.usage.cached_tokens is not None:
+                    m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
+        if log.isEnabledFor(logging.INFO):
+            log.info(orjson.dumps({
+                "request_id": routed.request.request_id, "model": model, "replica": replica,
+                "policy": self.router.policy.name, "reason": routed.decision.reason,
+                "status": outcome.status, "attempts": outcome.attempts,
+                "prompt_tokens": routed.request.prompt_tokens,
+                "matched_tokens": self.predicted_cached(routed, replica),
+                "cached_tokens": outcome.usage.cached_tokens if outcome.usage else None,
+                "ttft_s": round(outcome.ttft, 4) if outcome.ttft is not None else None,
+                "total_s": round(elapsed, 4), "error": outcome.error,
+            }).decode())

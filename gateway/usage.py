@@ -1,0 +1,77 @@
+"""Token usage read back from a replica's answer, without re-encoding it.
+
+Non-streaming answers are parsed once (the gateway buffers them anyway).
+Streams are passed through untouched; :class:`StreamObserver` only counts
+SSE events and keeps the tail of the stream, where vLLM puts the usage chunk
+(``stream_options.include_usage``), and parses that one line at the end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+_TAIL_BYTES = 16384
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int | None = None
+    """``usage.prompt_tokens_details.cached_tokens``; None when the engine did not say."""
+
+
+def usage_from_object(obj: object) -> Usage | None:
+    if not isinstance(obj, dict):
+        return None
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        cached_tokens=int(cached) if isinstance(cached, (int, float)) else None,
+    )
+
+
+def usage_from_json(body: bytes) -> Usage | None:
+    try:
+        return usage_from_object(orjson.loads(body))
+    except orjson.JSONDecodeError:
+        return None
+
+
+class StreamObserver:
+    """Watches an SSE stream go by: event count and the usage chunk at its end."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.bytes = 0
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        self.events += chunk.count(b"data: ")
+        self.bytes += len(chunk)
+        tail = self._tail + chunk
+        self._tail = tail[-_TAIL_BYTES:] if len(tail) > _TAIL_BYTES else tail
+
+    def usage(self) -> Usage | None:
+        for line in reversed(self._tail.split(b"\n")):
+            if line.startswith(b"data: {") and b'"usage":{' in line.replace(b" ", b""):
+                try:
+                    return usage_from_object(orjson.loads(line[6:]))
+                except orjson.JSONDecodeError:
+                    return None
+        return None
+
+    def output_tokens(self) -> int:
+        """Completion tokens: from usage when present, else content events seen."""
+        usage = self.usage()
+        if usage is not None and usage.completion_tokens:
+            return usage.completion_tokens
+        # vLLM sends a role chunk, one chunk per token, a finish chunk and [DONE].
+        return max(0, self.events - 3)

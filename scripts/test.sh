@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole test suite: static checks, unit, integration (sim replicas, real
+# Redis, the official openai client), then the real-engine and browser stages
+# once their setups are present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PYTEST="$VENV/bin/python -m pytest"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+echo "== import rules"
+"$VENV/bin/lint-imports"
+echo "== unit + integration"
+$PYTEST tests/unit tests/integration -q -p no:cacheprovider

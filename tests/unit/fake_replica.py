@@ -1,0 +1,73 @@
+"""A fake vLLM replica as a plain function, for ``httpx.MockTransport``.
+
+Only for unit tests of the gateway's own logic (routing, errors, failover,
+accounting); everything a user relies on is tested against real servers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import httpx
+
+
+@dataclass
+class FakeReplica:
+    name: str
+    model: str = "m"
+    up: bool = True
+    running: int = 0
+    chunks: int = 3
+    break_stream_after: int | None = None
+    status: int = 200
+    requests: list[dict] = field(default_factory=list)
+    headers_seen: list[dict] = field(default_factory=list)
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        path = request.url.path
+        if path == "/health":
+            return httpx.Response(200)
+        if path == "/metrics":
+            text = (f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} '
+                    f'{self.running}.0\n'
+                    'vllm:cache_config_info{block_size="32",num_gpu_blocks="1000"} 1.0\n')
+            return httpx.Response(200, text=text)
+        if path == "/v1/models":
+            return httpx.Response(200, json={"object": "list", "data": [{"id": self.model}]})
+        body = json.loads(request.content)
+        self.requests.append(body)
+        self.headers_seen.append(dict(request.headers))
+        if self.status != 200:
+            return httpx.Response(self.status, json={"error": {"message": "replica says no",
+                                                               "type": "BadRequestError",
+                                                               "param": None, "code": self.status}})
+        if body.get("stream"):
+            return httpx.Response(200, headers={"content-type": "text/event-stream"},
+                                  stream=_Stream(self))
+        return httpx.Response(200, json={
+            "id": "chatcmpl-1", "object": "chat.completion", "model": self.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.name},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8,
+                      "prompt_tokens_details": {"cached_tokens": 4}}})
+
+
+class _Stream(httpx.AsyncByteStream):
+    def __init__(self, replica: FakeReplica) -> None:
+        self.replica = replica
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for i in range(self.replica.chunks):
+            if self.replica.break_stream_after is not None and i >= self.replica.break_stream_after:
+                raise httpx.ReadError("connection reset")
+            chunk = {"id": "c", "object": "chat.completion.chunk",
+                     "choices": [{"index": 0, "delta": {"content": f"t{i}"}}]}
+            yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"

@@ -1,0 +1,170 @@
+"""The gateway's own logic against fake replicas (httpx.MockTransport, ASGITransport)."""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import httpx
+import pytest
+from asgi_lifespan import LifespanManager
+
+from gateway.app import create_app
+from gateway.config import load_settings
+
+from .fake_replica import FakeReplica
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+
+
+@asynccontextmanager
+async def gateway(replicas: list[FakeReplica], model: str | None = None,
+                  **settings: object) -> AsyncIterator[httpx.AsyncClient]:
+    overrides = {"replicas": [{"id": r.name, "url": f"http://{r.name}", "model": model}
+                              for r in replicas],
+                 "health_interval": 3600.0, **settings}
+    by_id = {r.name: r for r in replicas}
+    app = create_app(load_settings(overrides=overrides, env={}),
+                     transport=lambda rid: by_id[rid].transport())
+    async with LifespanManager(app) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
+                                     base_url="http://gw") as client:
+            client.app = app  # type: ignore[attr-defined]
+            yield client
+
+
+def pool_of(client: httpx.AsyncClient):
+    return client.app.state.gateway.pool  # type: ignore[attr-defined]
+
+
+def assert_openai_error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"]
+    return error
+
+
+async def test_round_robin_spreads_and_tags_the_replica() -> None:
+    a, b = FakeReplica("a"), FakeReplica("b")
+    async with gateway([a, b], policy="round_robin") as client:
+        served = [(await client.post("/v1/chat/completions", json=CHAT)).headers["x-prefixgate-replica"]
+                  for _ in range(4)]
+    assert sorted(served) == ["a", "a", "b", "b"]
+    assert len(a.requests) == len(b.requests) == 2
+
+
+async def test_body_is_forwarded_unchanged_with_request_id() -> None:
+    a = FakeReplica("a")
+    body = {**CHAT, "temperature": 0.3, "seed": 7, "ignore_eos": True, "stop": ["x"],
+            "response_format": {"type": "json_object"}, "vendor_extra": {"k": [1, 2]}}
+    async with gateway([a]) as client:
+        response = await client.post("/v1/chat/completions", json=body,
+                                     headers={"x-request-id": "req-123"})
+    assert response.status_code == 200
+    assert a.requests[0] == body
+    assert a.headers_seen[0]["x-request-id"] == "req-123"
+    assert response.headers["x-request-id"] == "req-123"
+
+
+@pytest.mark.parametrize("payload,status,param", [
+    (b"{not json", 400, None),
+    (b"[]", 400, None),
+    (b'{"model": "m"}', 400, "messages"),
+    (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 400, "messages[0].role"),
+    (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', 400, "n"),
+    (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
+])
+async def test_bad_input_gets_openai_error(payload: bytes, status: int, param: str | None) -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        response = await client.post("/v1/chat/completions", content=payload)
+    error = assert_openai_error(response, status)
+    assert error["param"] == param
+
+
+async def test_body_over_limit_is_413() -> None:
+    async with gateway([FakeReplica("a")], max_body_bytes=1000) as client:
+        big = {**CHAT, "messages": [{"role": "user", "content": "x" * 5000}]}
+        response = await client.post("/v1/chat/completions", json=big)
+    assert_openai_error(response, 413)
+
+
+async def test_replica_error_passes_through() -> None:
+    a = FakeReplica("a", status=400)
+    async with gateway([a]) as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "replica says no"
+    assert response.headers["x-prefixgate-replica"] == "a"
+
+
+async def test_no_healthy_replica_is_503_with_retry_after() -> None:
+    a = FakeReplica("a", up=False)
+    async with gateway([a], model="m") as client:
+        response = await client.post("/v1/chat/completions", json=CHAT)
+        ready = await client.get("/ready")
+    assert_openai_error(response, 503)
+    assert response.headers["retry-after"] == "1"
+    assert ready.status_code == 503
+
+
+async def test_failover_before_first_byte_and_lease_released() -> None:
+    a, b = FakeReplica("a"), FakeReplica("b")
+    async with gateway([a, b], policy="round_robin") as client:
+        a.up = False  # dies after the health check saw it healthy
+        for _ in range(3):
+            response = await client.post("/v1/chat/completions", json=CHAT)
+            assert response.status_code == 200
+            assert response.headers["x-prefixgate-replica"] == "b"
+        pool = pool_of(client)
+        assert not pool.get("a").healthy
+        assert [r.inflight for r in pool] == [0, 0]
+        metrics = (await client.get("/metrics")).text
+    assert 'prefixgate_failovers_total{replica="a"} 1.0' in metrics
+
+
+async def test_streaming_passthrough_and_usage() -> None:
+    a = FakeReplica("a", chunks=4)
+    async with gateway([a]) as client:
+        async with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            body = b"".join([c async for c in r.aiter_bytes()])
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert pool_of(client).get("a").inflight == 0
+    events = [line for line in body.split(b"\n") if line.startswith(b"data: ")]
+    assert events[-1] == b"data: [DONE]"
+    assert [json.loads(e[6:])["choices"][0]["delta"]["content"] for e in events[:-1]] == [
+        "t0", "t1", "t2", "t3"]
+
+
+async def test_stream_broken_midway_ends_with_error_event() -> None:
+    a = FakeReplica("a", chunks=5, break_stream_after=2)
+    async with gateway([a]) as client:
+        async with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as r:
+            body = b"".join([c async for c in r.aiter_bytes()])
+        assert pool_of(client).get("a").inflight == 0
+    last = [line for line in body.split(b"\n") if line.startswith(b"data: ")][-1]
+    assert json.loads(last[6:])["error"]["code"] == "upstream_stream_broken"
+
+
+async def test_least_load_prefers_idle_replica() -> None:
+    busy, idle = FakeReplica("a", running=9), FakeReplica("b", running=0)
+    async with gateway([busy, idle], policy="least_load") as client:
+        served = {(await client.post("/v1/chat/completions", json=CHAT)).headers["x-prefixgate-replica"]
+                  for _ in range(3)}
+    assert served == {"b"}
+
+
+async def test_models_lists_only_healthy_models() -> None:
+    a, b = FakeReplica("a", model="m1"), FakeReplica("b", model="m2", up=False)
+    async with gateway([a, b]) as client:
+        data = (await client.get("/v1/models")).json()
+    assert data["object"] == "list"
+    assert [m["id"] for m in data["data"]] == ["m1"]
+
+
+async def test_unknown_route_and_method_are_json() -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        assert_openai_error(await client.get("/v1/nothing"), 404)
+        assert_openai_error(await client.get("/v1/chat/completions"), 405)
