@@ -113,6 +113,10 @@ class HFRenderer:
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._chat_template = chat_template
 
+    def added_tokens(self) -> list[str]:
+        """Texts the tokenizer splits out before anything else (special tokens)."""
+        return [tok.content for tok in self._tokenizer.added_tokens_decoder.values()]
+
     @property
     def has_chat_template(self) -> bool:
         return bool(self._chat_template or getattr(self._tokenizer, "chat_template", None))

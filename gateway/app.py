@@ -21,6 +21,7 @@ from engine.remote import RemoteBackend
 from policies.registry import default_registry
 
 from . import errors
+from .hashers import HasherSet
 from .api import build_router
 from .config import Settings
 from .metrics import GatewayMetrics
@@ -63,7 +64,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         policy = registry.create(settings.policy, settings.policy_options)
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         proxy = Proxy(pool, metrics, settings.max_attempts)
-        state = GatewayState(settings, pool, router, proxy, metrics)
+        hashers = HasherSet(settings.models)
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers)
         await pool.start()
         app.include_router(build_router(state))
         app.state.gateway = state

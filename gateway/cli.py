@@ -53,12 +53,21 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _embedded(settings: Settings, count: int | None) -> contextlib.AbstractContextManager[list[str]]:
+def _with_embedded(settings: Settings, count: int | None,
+                   stack: contextlib.ExitStack) -> Settings:
+    """Start the embedded simulated replicas and point the settings at them."""
     cfg = settings.embedded
     if count:
         cfg = cfg.model_copy(update={"replicas": count})
     tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.model), None)
-    return simulated_replicas(cfg, tokenizer or bundled_qwen_tokenizer_dir())
+    tokenizer = tokenizer or bundled_qwen_tokenizer_dir()
+    urls = stack.enter_context(simulated_replicas(cfg, tokenizer))
+    return Settings.model_validate({
+        **settings.model_dump(exclude={"replicas", "models"}),
+        "replicas": [{"url": u, "id": f"sim{i}", "model": cfg.model} for i, u in enumerate(urls)],
+        "models": [m.model_dump() for m in settings.models if m.name != cfg.model]
+        + [{"name": cfg.model, "tokenizer": tokenizer}],
+    })
 
 
 def serve(argv: Sequence[str]) -> int:
@@ -74,12 +83,7 @@ def serve(argv: Sequence[str]) -> int:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     with contextlib.ExitStack() as stack:
         if not settings.replicas:
-            urls = stack.enter_context(_embedded(settings, args.sim_replicas))
-            model = settings.embedded.model
-            settings = settings.model_copy(update={
-                "replicas": Settings.model_validate(
-                    {"replicas": [{"url": u, "id": f"sim{i}", "model": model}
-                                  for i, u in enumerate(urls)]}).replicas})
+            settings = _with_embedded(settings, args.sim_replicas, stack)
         try:
             app = create_app(settings)
         except ValueError as exc:

@@ -1,18 +1,15 @@
 """From a parsed request to a routing decision.
 
-``Router.decide`` reduces the request to a :class:`policies.types.RouteRequest`
-(the prompt's KV-block hashes come from the ``describe`` hook, which the
-prefix module provides), takes the pool's snapshot for the model, asks the
+``Router.decide`` takes the pool's snapshot for the request's model, asks the
 policy, and counts and times the decision. ``Router.observe`` lets the policy
 learn from a request once it was sent.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable
 
 from engine.pool import ReplicaPool
 from policies.base import Policy
@@ -20,14 +17,6 @@ from policies.types import Decision, NoReplicaAvailable, RouteRequest
 
 from .errors import NoHealthyReplica
 from .metrics import GatewayMetrics
-
-Describe = Callable[[str, Mapping[str, Any], str, int], RouteRequest]
-"""(model, body, kind "chat"|"completions", block_size) -> RouteRequest."""
-
-
-def describe_plain(model: str, body: Mapping[str, Any], kind: str, block_size: int) -> RouteRequest:
-    """Routing without prompt hashing (load-only policies)."""
-    return RouteRequest(model=model, block_size=block_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +28,11 @@ class Routed:
 
 class Router:
     def __init__(self, pool: ReplicaPool, policy: Policy, metrics: GatewayMetrics,
-                 describe: Describe = describe_plain, retry_after: int = 1,
+                 retry_after: int = 1,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.pool = pool
         self.policy = policy
         self.metrics = metrics
-        self.describe = describe
         self.retry_after = retry_after
         self.clock = clock
         pool.add_listener(self._on_health)
@@ -53,11 +41,6 @@ class Router:
         sizes = [r.block_size(self.pool.default_block_size)
                  for r in self.pool.serving(model) if r.healthy]
         return min(sizes) if sizes else self.pool.default_block_size
-
-    def route_request(self, model: str, body: Mapping[str, Any], kind: str,
-                      session_key: str | None, request_id: str) -> RouteRequest:
-        described = self.describe(model, body, kind, self.block_size(model))
-        return dataclasses.replace(described, session_key=session_key, request_id=request_id)
 
     def decide(self, route_request: RouteRequest) -> Routed:
         snapshot = self.pool.snapshot(route_request.model)

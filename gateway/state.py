@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import orjson
 
@@ -20,25 +20,27 @@ from engine.pool import ReplicaPool
 from policies.types import RouteRequest
 
 from .config import Settings
+from .hashers import HasherSet
 from .metrics import GatewayMetrics
 from .proxy import Outcome, Proxy
 from .routing import Routed, Router
 
 log = logging.getLogger("prefixgate.access")
 
-OffloadCheck = Callable[[Mapping[str, Any]], bool]
+OFFLOAD_CHARS = 8192
+"""Text still to tokenize above which the work goes to a worker thread."""
 
 
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
-                 metrics: GatewayMetrics, offload: OffloadCheck | None = None) -> None:
+                 metrics: GatewayMetrics, hashers: HasherSet) -> None:
         self.settings = settings
         self.pool = pool
         self.router = router
         self.proxy = proxy
         self.metrics = metrics
         self.started_at = time.time()
-        self._offload = offload or (lambda body: False)
+        self.hashers = hashers
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]
@@ -47,10 +49,18 @@ class GatewayState:
 
     async def describe(self, model: str, body: Mapping[str, Any], kind: str,
                        session_key: str | None, request_id: str) -> RouteRequest:
-        if self._offload(body):
-            return await asyncio.to_thread(self.router.route_request, model, body, kind,
-                                           session_key, request_id)
-        return self.router.route_request(model, body, kind, session_key, request_id)
+        block_size = self.router.block_size(model)
+        if not self.router.policy.uses_prefix:
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
+        hasher = self.hashers.get(model)
+        plan = hasher.plan(model, body, kind, block_size)
+        if plan is None:
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
+        if plan.missing_chars > OFFLOAD_CHARS:
+            tokenized = await asyncio.to_thread(hasher.tokenize_missing, plan)
+        else:
+            tokenized = hasher.tokenize_missing(plan)
+        return hasher.finish(plan, tokenized, session_key, request_id)
 
     @staticmethod
     def with_model(data: dict[str, Any], model: str) -> bytes:

@@ -17,6 +17,8 @@ from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
 
 class Policy(Protocol):
     name: str
+    uses_prefix: bool
+    """False for load-only policies: the gateway then skips rendering and hashing."""
 
     def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:
         """Choose a replica. Raises :class:`NoReplicaAvailable` when none is healthy."""

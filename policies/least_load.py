@@ -24,6 +24,7 @@ class LeastLoadConfig:
 
 class LeastLoad:
     name = "least_load"
+    uses_prefix = False
 
     def __init__(self, config: LeastLoadConfig | None = None) -> None:
         self.config = config or LeastLoadConfig()

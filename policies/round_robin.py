@@ -24,6 +24,7 @@ class RoundRobinConfig:
 
 class RoundRobin:
     name = "round_robin"
+    uses_prefix = False
 
     def __init__(self, config: RoundRobinConfig | None = None) -> None:
         self.config = config or RoundRobinConfig()

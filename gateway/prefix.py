@@ -1,0 +1,234 @@
+"""Render a request as the engine will see it, and hash its KV blocks.
+
+``PromptHasher`` turns a request body into a :class:`RouteRequest`: the
+prompt's token count and the chained hashes of its full KV blocks (see
+``policies.hashing``). Chat requests are rendered with the model's own chat
+template (``engine.tokenizer``), exactly as vLLM renders them.
+
+Memoization, so a warm prefix costs almost nothing:
+
+* Hugging Face tokenizers split text on added tokens (``<|im_start|>``,
+  ``<|im_end|>`` ...) *before* anything else, so the pieces between them are
+  tokenized independently. The rendered prompt is cut at those tokens and
+  each piece's ids are memoized (LRU): only text never seen before is
+  tokenized. At load time this property is checked on a sample; a tokenizer
+  that breaks it falls back to memoizing whole prompts.
+* The block chain is memoized per piece too: the state before a piece (parent
+  hash + the tokens of the unfinished block) and the piece give the hashes it
+  completes and the state after it. A request that repeats a conversation and
+  adds a turn re-hashes only the new turn.
+
+Rendering itself (Jinja) stays O(messages) but is cheap next to tokenizing.
+When the text still to tokenize is long, ``plan``/``finish`` let the caller
+run the tokenizing in a worker thread so the event loop never stalls.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Generic, Hashable, Mapping, Sequence, TypeVar
+
+from engine.tokenizer import RenderError, Renderer
+from policies.hashing import chain_seed, extend
+from policies.types import RouteRequest
+
+log = logging.getLogger("prefixgate.prefix")
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class LRU(Generic[K, V]):
+    """A mapping bounded by total weight that forgets the least recently used first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.weight = 0
+        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        self._data.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: K, value: V, weight: int = 1) -> None:
+        old = self._data.pop(key, None)
+        if old is not None:
+            self.weight -= old[1]
+        self._data[key] = (value, weight)
+        self.weight += weight
+        while self.weight > self.capacity and len(self._data) > 1:
+            _, (_, dropped) = self._data.popitem(last=False)
+            self.weight -= dropped
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    parent: int
+    carry: tuple[int, ...]
+    """Tokens of the block not yet full."""
+
+
+@dataclass(slots=True)
+class Plan:
+    """A rendered prompt cut into pieces, with the pieces still to tokenize."""
+
+    model: str
+    seed: int
+    block_size: int
+    pieces: list[str]
+    token_ids: list[tuple[int, ...] | None]
+    missing: list[int]
+    missing_chars: int
+    add_special_tokens: bool = False
+    """Completions prompts get the tokenizer's special tokens (BOS), chats do not."""
+    direct_ids: tuple[int, ...] | None = None
+    """A completions prompt given as token ids needs no tokenizing."""
+
+
+class PromptHasher:
+    def __init__(self, renderer: Renderer, piece_cache_tokens: int = 2_000_000,
+                 chain_cache_blocks: int = 1_000_000) -> None:
+        self.renderer = renderer
+        self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(piece_cache_tokens)
+        self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
+            chain_cache_blocks)
+        self._split = self._splitter()
+
+    # -- set-up -------------------------------------------------------------------
+
+    def _splitter(self) -> re.Pattern[str] | None:
+        """A regex that cuts text at added tokens, if doing so is provably safe."""
+        added = getattr(self.renderer, "added_tokens", lambda: [])()
+        if not added:
+            return None
+        pattern = re.compile("(" + "|".join(re.escape(t) for t in
+                                            sorted(added, key=len, reverse=True)) + ")")
+        sample = {"messages": [
+            {"role": "system", "content": "You are a helpful assistant. 系统提示 "},
+            {"role": "user", "content": "  Hello!\n\nHow are   you? 你好，世界"},
+            {"role": "assistant", "content": "Fine.  "},
+            {"role": "user", "content": "\ttabs\r\nand spaces "}]}
+        try:
+            text = self.renderer.render_chat(sample)
+        except RenderError:
+            return None
+        whole = self.renderer.text_token_ids(text, add_special_tokens=False)
+        pieced: list[int] = []
+        for piece in pattern.split(text):
+            if piece:
+                pieced += self.renderer.text_token_ids(piece, add_special_tokens=False)
+        if pieced != whole:
+            log.warning("tokenizer %s does not split on added tokens; memoizing whole prompts",
+                        self.renderer.name)
+            return None
+        return pattern
+
+    # -- the two phases -------------------------------------------------------------
+
+    def plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int) -> Plan | None:
+        """Render and look pieces up; None when the prompt cannot be rendered."""
+        seed = chain_seed(model, body.get("cache_salt"))
+        try:
+            if kind == "chat":
+                text, add_special = self.renderer.render_chat(body), False
+            else:
+                prompt = body.get("prompt")
+                if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
+                    prompt = prompt[0]  # a batch: route by its first prompt
+                if isinstance(prompt, list):
+                    return Plan(model, seed, block_size, [], [], [], 0,
+                                direct_ids=tuple(int(t) for t in prompt))
+                if not isinstance(prompt, str):
+                    return None
+                text, add_special = prompt, True
+        except (RenderError, TypeError, ValueError) as exc:
+            log.debug("cannot render for routing: %s", exc)
+            return None
+        if add_special or self._split is None:
+            pieces = [text]
+        else:
+            pieces = [p for p in self._split.split(text) if p]
+        ids: list[tuple[int, ...] | None] = []
+        missing: list[int] = []
+        missing_chars = 0
+        for index, piece in enumerate(pieces):
+            cached = self._pieces.get((add_special, piece))
+            ids.append(cached)
+            if cached is None:
+                missing.append(index)
+                missing_chars += len(piece)
+        return Plan(model, seed, block_size, pieces, ids, missing, missing_chars,
+                    add_special_tokens=add_special)
+
+    def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
+        """The CPU-heavy part; touches no shared state, so it may run in a thread."""
+        out = []
+        for index in plan.missing:
+            ids = self.renderer.text_token_ids(plan.pieces[index],
+                                               add_special_tokens=plan.add_special_tokens)
+            out.append(tuple(ids))
+        return out
+
+    def finish(self, plan: Plan, tokenized: Sequence[tuple[int, ...]],
+               session_key: str | None = None, request_id: str = "") -> RouteRequest:
+        for index, ids in zip(plan.missing, tokenized):
+            plan.token_ids[index] = ids
+            self._pieces.put((plan.add_special_tokens, plan.pieces[index]), ids, len(ids) + 1)
+        if plan.direct_ids is not None:
+            hashes = extend(plan.seed, plan.direct_ids, plan.block_size)
+            return RouteRequest(plan.model, tuple(hashes), len(plan.direct_ids),
+                                plan.block_size, session_key, request_id)
+        state = ChainState(plan.seed, ())
+        hashes: list[int] = []
+        total = 0
+        for piece, ids in zip(plan.pieces, plan.token_ids):
+            assert ids is not None
+            total += len(ids)
+            key = (state, piece)
+            memo = self._chain.get(key)
+            if memo is None:
+                memo = self._advance(state, ids, plan.block_size)
+                self._chain.put(key, memo, len(memo[0]) + 1)
+            new_hashes, state = memo
+            hashes.extend(new_hashes)
+        return RouteRequest(plan.model, tuple(hashes), total, plan.block_size,
+                            session_key, request_id)
+
+    @staticmethod
+    def _advance(state: ChainState, ids: tuple[int, ...],
+                 block_size: int) -> tuple[tuple[int, ...], ChainState]:
+        tokens = state.carry + ids
+        full = len(tokens) - len(tokens) % block_size
+        new_hashes = extend(state.parent, tokens[:full], block_size) if full else []
+        parent = new_hashes[-1] if new_hashes else state.parent
+        return tuple(new_hashes), ChainState(parent, tokens[full:])
+
+    def describe(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
+                 session_key: str | None = None, request_id: str = "") -> RouteRequest:
+        """Both phases in the calling thread."""
+        plan = self.plan(model, body, kind, block_size)
+        if plan is None:
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
+        return self.finish(plan, self.tokenize_missing(plan), session_key, request_id)
+
+    def token_ids(self, model: str, body: Mapping[str, Any], kind: str) -> list[int]:
+        """The full prompt token ids (for tests and the linter)."""
+        plan = self.plan(model, body, kind, 1 << 30)
+        if plan is None:
+            raise RenderError("request cannot be rendered")
+        if plan.direct_ids is not None:
+            return list(plan.direct_ids)
+        tokenized = iter(self.tokenize_missing(plan))
+        out: list[int] = []
+        for ids in plan.token_ids:
+            out.extend(ids if ids is not None else next(tokenized))
+        return out

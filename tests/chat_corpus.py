@@ -1,0 +1,46 @@
+"""Chats used to check that the gateway renders prompts exactly as vLLM does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {"type": "object",
+                       "properties": {"city": {"type": "string"},
+                                      "unit": {"type": "string", "enum": ["c", "f"]}},
+                       "required": ["city"]},
+    },
+}
+
+CHATS: list[dict[str, Any]] = [
+    {"messages": [{"role": "user", "content": "Hello!"}]},
+    {"messages": [{"role": "system", "content": "You are a terse assistant."},
+                  {"role": "user", "content": "What is 2+2?"}]},
+    {"messages": [{"role": "system", "content": "You are helpful."},
+                  {"role": "user", "content": "Name a colour."},
+                  {"role": "assistant", "content": "Blue."},
+                  {"role": "user", "content": "Another one?"}]},
+    {"messages": [{"role": "system", "content": "你是一个乐于助人的助手。"},
+                  {"role": "user", "content": "今天北京的天气怎么样？请用中文回答。"}]},
+    {"messages": [{"role": "user", "content": "日本語で自己紹介してください。絵文字も🙂"}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "part one"},
+                                               {"type": "text", "text": "part two"}]}]},
+    {"messages": [{"role": "system", "content": "Use tools when needed."},
+                  {"role": "user", "content": "Weather in Paris?"}],
+     "tools": [WEATHER_TOOL]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "",
+                   "tool_calls": [{"id": "call_1", "type": "function",
+                                   "function": {"name": "get_weather",
+                                                "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"},
+                  {"role": "user", "content": "Thanks. And tomorrow?"}],
+     "tools": [WEATHER_TOOL]},
+    {"messages": [{"role": "user", "content": "  leading and trailing spaces  \n\n"}]},
+    {"messages": [{"role": "user", "content": "Think briefly."}],
+     "chat_template_kwargs": {"enable_thinking": False}},
+]

