@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from typing import AsyncIterator, Callable
 
 import httpx
@@ -50,7 +51,7 @@ def build_backends(settings: Settings,
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
-    registry = default_registry()
+    registry = default_registry(clock=time.monotonic)
     # Fail at start-up, not on the first request, when the policy is wrong.
     registry.create(settings.policy, settings.policy_options)
 

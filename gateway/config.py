@@ -30,6 +30,16 @@ class TimeoutSettings(Strict):
     probe: float = Field(2.0, gt=0)
 
 
+class KVEventSettings(Strict):
+    """Where a replica publishes vLLM KV-cache events (``--kv-events-config``)."""
+
+    endpoint: str
+    """ZMQ PUB endpoint to connect to, e.g. ``tcp://10.0.0.5:5557``."""
+    replay_endpoint: str | None = None
+    """ZMQ ROUTER endpoint serving missed batches, e.g. ``tcp://10.0.0.5:5558``."""
+    topic: str = "kv"
+
+
 class ReplicaSettings(Strict):
     url: str
     id: str | None = None
@@ -37,6 +47,7 @@ class ReplicaSettings(Strict):
     kind: Literal["remote"] = "remote"
     block_size: int | None = Field(None, gt=0)
     api_key: str | None = None
+    kv_events: KVEventSettings | None = None
 
     @field_validator("url")
     @classmethod
