@@ -1,0 +1,117 @@
+"""The shared scoring rules: cost (TTFT estimate) and threshold (sgl-router style)."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.scoring import ScoringConfig, decide, estimated_ttft
+from policies.sessions import SessionTable
+from policies.types import ReplicaView, RouteRequest
+
+PROMPT = RouteRequest(model="m", block_hashes=tuple(range(64)), prompt_tokens=1030, block_size=16)
+
+
+def replica(rid: str, **load: float) -> ReplicaView:
+    return ReplicaView(id=rid, **load)  # type: ignore[arg-type]
+
+
+def test_cost_is_queue_plus_uncached_prefill_plus_kv_pressure():
+    config = ScoringConfig()
+    idle = replica("a")
+    assert estimated_ttft(idle, 0, PROMPT, config) == pytest.approx(1030 * 1e-4)
+    assert estimated_ttft(idle, 64, PROMPT, config) == pytest.approx(6 * 1e-4)
+    busy = replica("a", inflight=7, waiting=2, running=4, kv_usage=0.95)
+    expected = 5 * 0.01 + 2 * 0.1 + 1030 * 1e-4 + 0.5 * 1.0
+    assert estimated_ttft(busy, 0, PROMPT, config) == pytest.approx(expected)
+
+
+def test_cost_keeps_affinity_under_moderate_load():
+    replicas = [replica("a", inflight=6), replica("b", inflight=2), replica("c", inflight=3)]
+    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    assert decision.replica_id == "a"
+    assert decision.reason == "hit"
+    assert decision.fallbacks == ("b", "c")
+    assert decision.matched_blocks == {"a": 64, "b": 0, "c": 0}
+
+
+def test_cost_moves_off_a_hot_replica():
+    replicas = [replica("a", inflight=30, running=20, waiting=10), replica("b", inflight=2)]
+    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    assert decision.replica_id == "b"
+    assert decision.reason == "load-fallback"
+    assert decision.fallbacks == ("a",)
+
+
+def test_cost_avoids_a_replica_whose_kv_cache_is_full():
+    replicas = [replica("a", kv_usage=1.0), replica("b", inflight=3)]
+    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    assert decision.replica_id == "b"
+
+
+def test_equal_replicas_take_turns():
+    replicas = [replica("a"), replica("b"), replica("c")]
+    chosen = [decide(PROMPT, replicas, {}, None, ScoringConfig(), rotation=i) for i in range(6)]
+    assert [d.replica_id for d in chosen] == ["a", "b", "c", "a", "b", "c"]
+    assert {d.reason for d in chosen} == {"miss"}
+
+
+def test_session_discount_decides_close_calls_only():
+    config = ScoringConfig(session_affinity=True)
+    replicas = [replica("a", inflight=3), replica("b", inflight=1)]
+    close = decide(PROMPT, replicas, {}, "a", config, rotation=0)
+    assert (close.replica_id, close.reason) == ("a", "session")
+    overloaded = [replica("a", inflight=10, waiting=8), replica("b", inflight=1)]
+    assert decide(PROMPT, overloaded, {}, "a", config, rotation=0).replica_id == "b"
+    unhealthy = [replica("a", healthy=False), replica("b", inflight=1)]
+    assert decide(PROMPT, unhealthy, {}, "a", config, rotation=0).order == ("b",)
+    off = decide(PROMPT, replicas, {}, "a", ScoringConfig(), rotation=0)
+    assert off.replica_id == "b"
+
+
+def test_threshold_routes_hits_to_the_best_match():
+    config = ScoringConfig(scorer="threshold")
+    replicas = [replica("a", inflight=9), replica("b", inflight=2), replica("c")]
+    decision = decide(PROMPT, replicas, {"a": 60, "b": 10}, None, config, rotation=0)
+    assert (decision.replica_id, decision.reason) == ("a", "hit")
+    assert decision.fallbacks == ("b", "c")
+    assert decision.scores["a"] == pytest.approx(960 / 1030)
+
+
+def test_threshold_sends_small_matches_to_the_least_loaded():
+    config = ScoringConfig(scorer="threshold")
+    replicas = [replica("a", inflight=9), replica("b", inflight=2)]
+    decision = decide(PROMPT, replicas, {"a": 20}, None, config, rotation=0)
+    assert (decision.replica_id, decision.reason) == ("b", "miss")
+    with_session = ScoringConfig(scorer="threshold", session_affinity=True)
+    decision = decide(PROMPT, replicas, {"a": 20}, "a", with_session, rotation=0)
+    assert (decision.replica_id, decision.reason) == ("a", "session")
+
+
+def test_threshold_balances_when_load_is_imbalanced():
+    config = ScoringConfig(scorer="threshold")
+    replicas = [replica("a", inflight=100), replica("b", inflight=30)]
+    decision = decide(PROMPT, replicas, {"a": 64}, None, config, rotation=0)
+    assert (decision.replica_id, decision.reason) == ("b", "load-fallback")
+    within_relative = [replica("a", inflight=100), replica("b", inflight=70)]
+    assert decide(PROMPT, within_relative, {"a": 64}, None, config, rotation=0).replica_id == "a"
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError):
+        ScoringConfig(scorer="fastest")
+    with pytest.raises(ValueError):
+        ScoringConfig(prefill_seconds_per_token=-1.0)
+    with pytest.raises(ValueError):
+        ScoringConfig(kv_pressure_threshold=1.0)
+
+
+def test_session_table_is_bounded_and_ages():
+    sessions = SessionTable(ttl_seconds=10.0, max_sessions=2)
+    sessions.remember("s1", "a", now=0.0)
+    sessions.remember("s2", "b", now=1.0)
+    sessions.remember("s3", "a", now=2.0)
+    assert len(sessions) == 2 and sessions.get("s1", now=2.0) is None
+    assert sessions.get("s2", now=11.0) == "b"
+    assert sessions.get("s2", now=11.5) is None
+    sessions.forget_replica("a")
+    assert sessions.get("s3", now=3.0) is None
