@@ -83,7 +83,7 @@ def test_a_hot_replica_sheds_its_prefix_and_the_decision_says_why():
 def test_session_affinity_follows_the_session():
     policy = PrefixPolicy.from_options({"session_affinity": True}, clock=ManualClock())
     first = route(policy, prompt(1, session="s"), IDLE)
-    busier = [ReplicaView(id=r.id, inflight=2 if r.id == first.replica_id else 0) for r in IDLE]
+    busier = [ReplicaView(id=r.id, inflight=1 if r.id == first.replica_id else 0) for r in IDLE]
     again = route(policy, prompt(2, session="s"), busier)
     assert (again.replica_id, again.reason) == (first.replica_id, "session")
 

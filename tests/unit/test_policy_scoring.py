@@ -57,7 +57,7 @@ def test_equal_replicas_take_turns():
 
 def test_session_discount_decides_close_calls_only():
     config = ScoringConfig(session_affinity=True)
-    replicas = [replica("a", inflight=3), replica("b", inflight=1)]
+    replicas = [replica("a", inflight=2), replica("b", inflight=1)]
     close = decide(PROMPT, replicas, {}, "a", config, rotation=0)
     assert (close.replica_id, close.reason) == ("a", "session")
     overloaded = [replica("a", inflight=10, waiting=8), replica("b", inflight=1)]
