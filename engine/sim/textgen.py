@@ -1,0 +1,192 @@
+"""Deterministic "model output" for the simulated engine.
+
+Every generated token is one word from a fixed vocabulary, drawn by a RNG
+seeded from (server seed, request seed or a hash of the prompt, choice
+index): the same request always produces the same text, and the choices of
+an ``n > 1`` request differ from each other.
+
+How long an answer is:
+
+* ``ignore_eos``: exactly ``max_tokens`` words, finish reason ``length``.
+* otherwise a natural length ``L`` is drawn from ``[len_min, len_max]`` (and
+  raised to ``min_tokens + 1``). If ``L <= max_tokens`` the answer is
+  ``L - 1`` words followed by an EOS token that adds no text (finish reason
+  ``stop``, ``stop_reason`` null, ``L`` completion tokens, as vLLM counts the
+  EOS token); else ``max_tokens`` words, finish reason ``length``.
+
+Stop strings end the answer at the first match (finish reason ``stop``,
+``stop_reason`` the matched string; the string itself is cut off unless
+``include_stop_str_in_output``). As vLLM's detokenizer does, a stream holds
+back the last ``len(longest stop) - 1`` characters until they can no longer
+start a stop string, so no part of a stop string is ever sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+VOCABULARY: tuple[str, ...] = (
+    "the",
+    "model",
+    "cache",
+    "prefix",
+    "block",
+    "token",
+    "request",
+    "replica",
+    "router",
+    "latency",
+    "batch",
+    "decode",
+    "prefill",
+    "queue",
+    "engine",
+    "memory",
+    "hit",
+    "miss",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "and",
+    "then",
+    "again",
+    "simulated",
+    "answer",
+    "with",
+    "some",
+    "words",
+    "that",
+    "mean",
+    "nothing",
+    "at",
+    "all",
+    "but",
+    "look",
+    "plausible",
+    "enough",
+    "for",
+    "a",
+    "benchmark",
+    "to",
+    "count",
+    "them",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+)
+FIRST_WORD_TOKEN_ID = 1000
+"""Synthetic token ids of the vocabulary: ``FIRST_WORD_TOKEN_ID + index``."""
+EOS_TOKEN_ID = 2
+
+
+def prompt_seed(token_ids: Sequence[int]) -> int:
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(b",".join(str(token).encode() for token in token_ids[-4096:]))
+    digest.update(len(token_ids).to_bytes(8, "big"))
+    return int.from_bytes(digest.digest(), "big")
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSpec:
+    """What a choice should generate; derived from the request by the server."""
+
+    max_tokens: int
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenStep:
+    token_id: int
+    delta_text: str
+    finish_reason: str | None
+    stop_reason: str | None
+
+
+class OutputText:
+    """The answer of one choice, produced one token at a time."""
+
+    def __init__(
+        self,
+        spec: OutputSpec,
+        prompt_token_ids: Sequence[int],
+        index: int,
+        server_seed: int,
+        len_min: int,
+        len_max: int,
+    ) -> None:
+        base = spec.seed if spec.seed is not None else prompt_seed(prompt_token_ids)
+        self._rng = random.Random(f"{server_seed}:{base}:{index}")
+        self._spec = spec
+        if spec.ignore_eos:
+            self._words, self._finish = spec.max_tokens, "length"
+        else:
+            natural = max(self._rng.randint(len_min, len_max), spec.min_tokens + 1)
+            if natural <= spec.max_tokens:
+                self._words, self._finish = natural - 1, "stop"
+            else:
+                self._words, self._finish = spec.max_tokens, "length"
+        self._holdback = max((len(stop) for stop in spec.stop), default=1) - 1
+        self.text = ""
+        self.num_tokens = 0
+        self._sent = 0
+        self.finished = False
+
+    def next_token(self) -> TokenStep:
+        if self.finished:
+            raise RuntimeError("output already finished")
+        self.num_tokens += 1
+        if self.num_tokens > self._words:
+            # The natural end: an EOS token, which adds no text.
+            return self._finish_with(EOS_TOKEN_ID, "stop", None)
+        word_index = self._rng.randrange(len(VOCABULARY))
+        token_id = FIRST_WORD_TOKEN_ID + word_index
+        search_from = max(0, len(self.text) - self._holdback)
+        self.text += VOCABULARY[word_index] if not self.text else " " + VOCABULARY[word_index]
+        match = self._find_stop(search_from)
+        if match is not None:
+            position, stop = match
+            end = position + len(stop) if self._spec.include_stop_str_in_output else position
+            self.text = self.text[:end]
+            return self._finish_with(token_id, "stop", stop)
+        if self.num_tokens == self._words and self._finish == "length":
+            return self._finish_with(token_id, "length", None)
+        visible = len(self.text) - self._holdback
+        delta = self.text[self._sent : visible] if visible > self._sent else ""
+        self._sent = max(self._sent, visible)
+        return TokenStep(token_id, delta, None, None)
+
+    def _find_stop(self, search_from: int) -> tuple[int, str] | None:
+        best: tuple[int, str] | None = None
+        for stop in self._spec.stop:
+            position = self.text.find(stop, search_from)
+            if position >= 0 and (best is None or position < best[0]):
+                best = (position, stop)
+        return best
+
+    def _finish_with(self, token_id: int, reason: str, stop_reason: str | None) -> TokenStep:
+        self.finished = True
+        delta = self.text[self._sent :]
+        self._sent = len(self.text)
+        return TokenStep(token_id, delta, reason, stop_reason)
