@@ -1,0 +1,135 @@
+"""``prefixgate sim`` / ``python -m engine.sim``: run one simulated vLLM replica.
+
+Flags mirror vLLM's where vLLM has one (``--served-model-name``,
+``--block-size``, ``--max-model-len``, ``--max-num-seqs``,
+``--max-num-batched-tokens``, ``--seed``); ``--num-blocks`` plays the part of
+``--num-gpu-blocks-override``. The latency model and ``--time-scale`` are
+described in ``engine.sim.scheduler``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import uvicorn
+
+from engine.sim.config import SimConfig
+from engine.sim.server import create_sim_app
+
+_DEFAULTS = SimConfig()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="prefixgate sim",
+        description="A vLLM-compatible OpenAI server with a simulated engine and a real prefix cache.",
+    )
+    add = parser.add_argument
+    add("--host", default=_DEFAULTS.host)
+    add("--port", type=int, default=_DEFAULTS.port)
+    add("--served-model-name", default=_DEFAULTS.served_model_name)
+    add(
+        "--tokenizer",
+        default=None,
+        help="Hugging Face tokenizer folder (default: byte-level tokens)",
+    )
+    add("--block-size", type=int, default=_DEFAULTS.block_size)
+    add("--num-blocks", type=int, default=_DEFAULTS.num_blocks, help="KV-cache capacity in blocks")
+    add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
+    add("--max-num-seqs", type=int, default=_DEFAULTS.max_num_seqs)
+    add("--max-num-batched-tokens", type=int, default=_DEFAULTS.max_num_batched_tokens)
+    add(
+        "--step-overhead",
+        type=float,
+        default=_DEFAULTS.step_overhead_s,
+        help="seconds per engine step",
+    )
+    add(
+        "--prefill-per-token",
+        type=float,
+        default=_DEFAULTS.prefill_per_token_s,
+        help="seconds per prefill token",
+    )
+    add(
+        "--decode-per-seq",
+        type=float,
+        default=_DEFAULTS.decode_per_seq_s,
+        help="seconds per decoding sequence",
+    )
+    add(
+        "--time-scale",
+        type=float,
+        default=_DEFAULTS.time_scale,
+        help="run this many times faster than modeled",
+    )
+    add("--output-len-min", type=int, default=_DEFAULTS.output_len_min)
+    add("--output-len-max", type=int, default=_DEFAULTS.output_len_max)
+    add("--seed", type=int, default=_DEFAULTS.seed)
+    add(
+        "--kv-events-port",
+        type=int,
+        default=None,
+        help="publish KV-cache events on this ZMQ PUB port",
+    )
+    add(
+        "--kv-events-replay-port",
+        type=int,
+        default=None,
+        help="serve missed KV events on this ROUTER port",
+    )
+    add("--kv-events-topic", default=_DEFAULTS.kv_events_topic)
+    add("--kv-events-host", default=_DEFAULTS.kv_events_host)
+    add(
+        "--log-level",
+        default=_DEFAULTS.log_level,
+        choices=["critical", "error", "warning", "info", "debug"],
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(
+        host=args.host,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        tokenizer=args.tokenizer,
+        block_size=args.block_size,
+        num_blocks=args.num_blocks,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        step_overhead_s=args.step_overhead,
+        prefill_per_token_s=args.prefill_per_token,
+        decode_per_seq_s=args.decode_per_seq,
+        time_scale=args.time_scale,
+        seed=args.seed,
+        output_len_min=args.output_len_min,
+        output_len_max=args.output_len_max,
+        kv_events_port=args.kv_events_port,
+        kv_events_replay_port=args.kv_events_replay_port,
+        kv_events_topic=args.kv_events_topic,
+        kv_events_host=args.kv_events_host,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(
+        create_sim_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        access_log=config.log_level == "debug",
+        timeout_graceful_shutdown=5,
+    )
+    return 0
