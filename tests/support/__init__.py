@@ -1,0 +1,1 @@
+"""Helpers shared by tests: free ports, simulated replicas as subprocesses."""
