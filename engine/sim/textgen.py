@@ -136,8 +136,13 @@ class OutputText:
         len_min: int,
         len_max: int,
     ) -> None:
-        base = spec.seed if spec.seed is not None else prompt_seed(prompt_token_ids)
-        self._rng = random.Random(f"{server_seed}:{base}:{index}")
+        # A request seed alone fixes the answer, as on identical vLLM replicas;
+        # without one the server's seed and the prompt do.
+        if spec.seed is not None:
+            key = f"request:{spec.seed}:{index}"
+        else:
+            key = f"{server_seed}:{prompt_seed(prompt_token_ids)}:{index}"
+        self._rng = random.Random(key)
         self._spec = spec
         if spec.ignore_eos:
             self._words, self._finish = spec.max_tokens, "length"
