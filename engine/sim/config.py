@@ -55,7 +55,7 @@ class SimConfig:
     kv_events_host: str = "127.0.0.1"
     kv_events_buffer_steps: int = 10_000
 
-    render_in_thread_chars: int = 4096
+    render_in_thread_chars: int = 2048
     """Prompts with more characters than this are rendered/tokenized in a
     worker thread so a long prompt cannot stall the event loop."""
 
