@@ -86,7 +86,7 @@ def test_stream_cut_by_dying_replica_raises_and_others_keep_serving(cluster) -> 
         victim = sims[int(response.headers["x-prefixgate-replica"][1:])]
         chunks = iter(response.parse())
         assert next(chunks).choices[0].delta.role == "assistant"
-        threading.Timer(0.3, victim.stop).start()
+        threading.Timer(0.3, victim.kill).start()
         with pytest.raises(openai.APIError):
             for _ in chunks:
                 pass

@@ -104,6 +104,13 @@ class SimProcess:
             process.kill()
             process.wait(timeout=timeout)
 
+    def kill(self) -> None:
+        """Die at once (SIGKILL), like a crashed replica: no graceful shutdown."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
     def close(self) -> None:
         self.stop()
         self.log_path.unlink(missing_ok=True)
