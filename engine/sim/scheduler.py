@@ -234,6 +234,9 @@ class Engine:
                 await self._wake.wait()
                 self.now = self.model_now()
                 self._wall_at_now = self._wall()
+            # The step's wall time starts before scheduling, so the simulator's
+            # own bookkeeping is part of the modeled step, not added to it.
+            deadline = self._wall()
             step = self.schedule()
             if not step.work:
                 # Nothing can move until a request arrives or is aborted.
@@ -241,7 +244,7 @@ class Engine:
                 await self._wake.wait()
                 continue
             self._inflight = step.duration
-            deadline = self._wall() + step.duration / self.config.time_scale
+            deadline += step.duration / self.config.time_scale
             await self._sleep(max(deadline - self._wall(), 0.0))
             self.finish(step)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -98,9 +99,7 @@ EOS_TOKEN_ID = 2
 
 
 def prompt_seed(token_ids: Sequence[int]) -> int:
-    digest = hashlib.blake2b(digest_size=8)
-    digest.update(b",".join(str(token).encode() for token in token_ids[-4096:]))
-    digest.update(len(token_ids).to_bytes(8, "big"))
+    digest = hashlib.blake2b(array("Q", token_ids).tobytes(), digest_size=8)
     return int.from_bytes(digest.digest(), "big")
 
 
