@@ -77,7 +77,7 @@ class EmbeddedSettings(Strict):
 class Settings(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    policy: str = "least_load"
+    policy: str = "prefix"
     policy_options: dict[str, Any] = Field(default_factory=dict)
     replicas: list[ReplicaSettings] = Field(default_factory=list)
     models: list[ModelSettings] = Field(default_factory=list)
