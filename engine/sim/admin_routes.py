@@ -130,11 +130,6 @@ def build_admin_router(runtime: SimRuntime) -> APIRouter:
     async def models() -> Response:
         return json_response({"object": "list", "data": [model_card(runtime, int(time.time()))]})
 
-    @router.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> Response:
-        runtime.check_model(model_id)
-        return json_response(model_card(runtime, int(time.time())))
-
     @router.get("/metrics")
     async def metrics() -> Response:
         return Response(runtime.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -142,6 +142,7 @@ class Engine:
         request.status = Status.WAITING
         self.cache.extend_hashes(request.block_hashes, request.token_ids, request.cache_salt)
         self.waiting.append(request)
+        self._report_state(0)
         self._wake.set()
 
     def abort(self, request: EngineRequest) -> None:
