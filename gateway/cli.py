@@ -79,6 +79,7 @@ def serve(argv: Sequence[str]) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     with contextlib.ExitStack() as stack:
