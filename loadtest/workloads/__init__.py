@@ -1,0 +1,1 @@
+"""Seeded, deterministic workloads: conversations with arrival times (see ``base``)."""

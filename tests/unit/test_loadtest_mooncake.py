@@ -1,0 +1,94 @@
+"""Mooncake trace parsing and replay: equal hash ids give equal prefixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtest.workloads.mooncake import (
+    MooncakeParams,
+    TraceRecord,
+    build,
+    build_from_records,
+    default_trace_path,
+    in_sample,
+    parse_trace,
+    prompt_text,
+    resolve_trace,
+)
+
+LINES = [
+    {"timestamp": 0, "input_length": 1100, "output_length": 10, "hash_ids": [1, 2, 3]},
+    {"timestamp": 500, "input_length": 1536, "output_length": 400, "hash_ids": [1, 2, 4]},
+    {"timestamp": 2000, "input_length": 300, "output_length": 3, "hash_ids": [9]},
+]
+
+
+def _jsonl(records: list[dict]) -> list[str]:
+    return [json.dumps(r) for r in records]
+
+
+def test_parse_trace_reads_every_field() -> None:
+    records = parse_trace(_jsonl(LINES) + [""])
+    assert records[1] == TraceRecord(500.0, 1536, 400, (1, 2, 4))
+    assert len(records) == 3
+
+
+def test_parse_trace_names_the_bad_line() -> None:
+    with pytest.raises(ValueError, match="line 2"):
+        parse_trace([json.dumps(LINES[0]), '{"timestamp": 1}'])
+
+
+def test_equal_ids_give_equal_prefixes() -> None:
+    params = MooncakeParams(length_scale=1 / 16)  # 512-token blocks -> 32 words
+    first, second, _ = parse_trace(_jsonl(LINES))
+    a, b = prompt_text(first, params).split(), prompt_text(second, params).split()
+    assert a[:64] == b[:64]  # hash ids 1, 2
+    assert a[64:] != b[64:96]  # hash id 3 vs 4
+    assert len(a) == round(1100 / 16)  # the last block is cut to the input length
+    assert len(b) == 96
+
+
+def test_scaling_and_timing() -> None:
+    records = parse_trace(_jsonl(LINES))
+    params = MooncakeParams(length_scale=1 / 32, time_scale=2.0, output_scale=0.5,
+                            max_output_len=100)
+    workload = build_from_records(records, params)
+    arrivals = [c.arrival for c in workload.conversations]
+    assert arrivals == [0.0, 0.25, 1.0]
+    assert [c.turns[0].max_tokens for c in workload.conversations] == [5, 100, 2]
+    assert workload.pacing.mode == "trace"
+    assert workload == build_from_records(records, params)
+
+
+def test_limit_offset_and_family_sampling() -> None:
+    records = parse_trace(_jsonl(LINES))
+    limited = build_from_records(records, MooncakeParams(offset=1, limit=1))
+    assert [c.id for c in limited.conversations] == ["t1"]
+    # A family (first hash id) is kept or dropped whole.
+    many = [TraceRecord(float(i), 100, 1, (i % 30, 100 + i)) for i in range(90)]
+    kept = [r for r in many if in_sample(r, 3)]
+    families = {r.hash_ids[0] for r in kept}
+    assert kept and len(kept) < len(many)
+    assert all(r in kept for r in many if r.hash_ids[0] in families)
+
+
+def test_resolve_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("\n".join(_jsonl(LINES)))
+    assert resolve_trace(str(tmp_path)) == trace
+    assert resolve_trace(str(trace)) == trace
+    workload = build(MooncakeParams(trace=str(tmp_path)))
+    assert workload.request_count == 3
+    with pytest.raises(FileNotFoundError):
+        resolve_trace(str(tmp_path / "missing.jsonl"))
+
+
+def test_default_trace_is_beside_the_repository() -> None:
+    path = default_trace_path()
+    assert path.parts[-3:] == ("shared", "data", "mooncake")
+    if path.is_dir():
+        records = parse_trace(resolve_trace(None).read_text().splitlines()[:50])
+        assert len(records) == 50
