@@ -1,0 +1,153 @@
+"""One streamed chat request through the official ``openai`` client, measured.
+
+The request is sent with ``stream=True`` and ``stream_options={"include_usage":
+True}`` through ``with_raw_response`` so the response headers (the
+``x-prefixgate-replica`` that names the replica a gateway chose) are read
+before the stream is consumed. Times come from the injected monotonic clock:
+
+* ``ttft``: send to the first chunk carrying content text;
+* ``e2e``: send to the end of the stream;
+* ``tpot``: ``(e2e - ttft) / (completion_tokens - 1)`` when more than one
+  token was generated.
+
+Token counts and ``cached_tokens`` come from the final usage chunk
+(``usage.prompt_tokens_details.cached_tokens``); when a server sends no usage
+the completion count falls back to the number of content chunks and
+``usage_reported`` is false. Every failure — HTTP status, connection error,
+time-out, a stream broken half-way — becomes the record's ``error`` text;
+nothing is raised to the caller.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import openai
+
+REPLICA_HEADER = "x-prefixgate-replica"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    conversation: str
+    group: str
+    turn: int
+    sent_at: float
+    """Seconds since the start of the run."""
+    ttft: float | None = None
+    tpot: float | None = None
+    e2e: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    usage_reported: bool = False
+    replica: str | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall:
+    """What to send: the conversation so far and how long an answer to ask for."""
+
+    conversation: str
+    group: str
+    turn: int
+    messages: tuple[dict[str, str], ...]
+    max_tokens: int
+    ignore_eos: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChatOutcome:
+    record: RequestRecord
+    answer: str
+
+
+def _short(exc: BaseException) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        message = exc.message if isinstance(exc.message, str) else repr(exc.message)
+        return f"HTTP {exc.status_code}: {message[:200]}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        return f"connection error: {type(cause).__name__ if cause else exc.message}"
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+async def stream_chat(
+    client: openai.AsyncOpenAI,
+    model: str,
+    call: ChatCall,
+    clock: Callable[[], float],
+    run_start: float,
+) -> ChatOutcome:
+    """Send one streamed chat request and measure it; never raises for server errors."""
+    extra: dict[str, Any] = {"ignore_eos": True} if call.ignore_eos else {}
+    start = clock()
+    first: float | None = None
+    pieces: list[str] = []
+    chunks_with_text = 0
+    usage: Any = None
+    replica: str | None = None
+    error: str | None = None
+    try:
+        raw = await client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
+            model=model,
+            messages=list(call.messages),  # type: ignore[arg-type]
+            max_tokens=call.max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=extra or None,
+        )
+        replica = raw.headers.get(REPLICA_HEADER)
+        parsed = raw.parse()
+        # parse() is a coroutine in some openai releases and returns the stream in others
+        stream = await parsed if inspect.isawaitable(parsed) else parsed
+        async for chunk in stream:
+            if chunk.choices:
+                text = chunk.choices[0].delta.content
+                if text:
+                    if first is None:
+                        first = clock()
+                    pieces.append(text)
+                    chunks_with_text += 1
+            if chunk.usage is not None:
+                usage = chunk.usage
+    except Exception as exc:  # noqa: BLE001 - every failure is a measured outcome
+        error = _short(exc)
+    end = clock()
+    completion = getattr(usage, "completion_tokens", None)
+    if completion is None:
+        completion = chunks_with_text
+    details = getattr(usage, "prompt_tokens_details", None)
+    ttft = None if first is None else first - start
+    e2e = end - start if error is None else None
+    tpot = None
+    if ttft is not None and e2e is not None and completion > 1:
+        tpot = (e2e - ttft) / (completion - 1)
+    if error is None and first is None and call.max_tokens > 0:
+        error = "stream ended without content"
+    record = RequestRecord(
+        conversation=call.conversation,
+        group=call.group,
+        turn=call.turn,
+        sent_at=start - run_start,
+        ttft=ttft,
+        tpot=tpot,
+        e2e=e2e,
+        prompt_tokens=getattr(usage, "prompt_tokens", None),
+        completion_tokens=completion,
+        cached_tokens=getattr(details, "cached_tokens", None),
+        usage_reported=usage is not None,
+        replica=replica,
+        error=error,
+    )
+    return ChatOutcome(record, "".join(pieces))

@@ -1,0 +1,93 @@
+"""One measured run: one workload against one endpoint, with the replicas watched.
+
+Order of events: scrape every replica's ``/metrics``; start the load sampler;
+drive the workload through the official ``openai`` client; stop the sampler;
+scrape again. The result (:class:`MeasuredRun`) holds every request record,
+the replica counter deltas and the load samples; :mod:`.summary` turns it
+into figures. The endpoint can be anything OpenAI-compatible: a gateway, a
+peer router or one replica directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+import httpx
+import openai
+
+from .driver import DriveResult, drive
+from .progress import Progress
+from .replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
+from .workloads.base import Workload
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    label: str
+    base_url: str
+    """Server root, e.g. ``http://127.0.0.1:8000`` (``/v1`` is appended)."""
+    model: str
+    api_key: str = "unused"
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    label: str
+    workload: str
+    replica_urls: tuple[str, ...]
+    drive: DriveResult
+    replicas: tuple[ReplicaDelta, ...]
+    load: tuple[LoadSample, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimits:
+    max_duration: float | None = 300.0
+    """No new request after this many seconds."""
+    request_timeout: float = 120.0
+    sample_period: float = 0.5
+
+
+def openai_client(target: Target, limits: RunLimits) -> openai.AsyncOpenAI:
+    # The client's own connection pool (1000 connections, 100 kept alive) is
+    # enough for the concurrencies used here; no retries: a failure is a result.
+    return openai.AsyncOpenAI(base_url=target.base_url.rstrip("/") + "/v1", api_key=target.api_key,
+                              max_retries=0, timeout=limits.request_timeout)
+
+
+async def measure(
+    workload: Workload,
+    target: Target,
+    replica_urls: Sequence[str],
+    limits: RunLimits = RunLimits(),
+    progress_stream: TextIO | None = None,
+) -> MeasuredRun:
+    clock = time.perf_counter
+    urls = tuple(replica_urls)
+    async with httpx.AsyncClient(timeout=5.0) as scraper:
+        before = await scrape_all(scraper, urls) if urls else {}
+        client = openai_client(target, limits)
+        sampler = LoadSampler(scraper, urls, clock, limits.sample_period)
+        progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
+                            stream=progress_stream)
+        start = clock()
+        sampling = asyncio.create_task(sampler.run(start)) if urls else None
+        try:
+            result: DriveResult = await drive(workload, client, target.model, clock=clock,
+                                              progress=progress, max_duration=limits.max_duration)
+        finally:
+            if sampling:
+                sampling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampling
+            await client.close()
+        # Let the replicas' counters catch up with the last finished requests.
+        await asyncio.sleep(0.2)
+        after = await scrape_all(scraper, urls) if urls else {}
+    return MeasuredRun(target.label, workload.name, urls, result,
+                       tuple(deltas(before, after)), tuple(sampler.samples))

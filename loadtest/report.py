@@ -1,0 +1,105 @@
+"""Writes a benchmark's outputs: ``results.json``, ``results.md``, ``requests.jsonl``.
+
+``results.json`` holds every figure (the run's metadata, the ideal bound and,
+per contender, the full :class:`~.summary.RunSummary` or its ``unavailable``
+reason); ``requests.jsonl`` one line per request (kept out of the committed
+results: it grows with the workload); ``results.md`` the table a person
+reads, one row per contender:
+
+| column | meaning |
+|---|---|
+| hit rate | replica-side prefix-cache hit tokens / queried tokens |
+| of bound | hit rate / the ideal single-cache bound (see ``bound``) |
+| TTFT p50 / p99 | time to first content token, milliseconds |
+| req/s | successful requests per second of wall time |
+| max/mean load | busiest replica's time-averaged load over the average |
+| requests per replica | as counted by the replicas |
+| errors | failed requests (+ abandoned turns, + unsent past the time limit) |
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .results import ContenderResult
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.1f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(results: Sequence[ContenderResult], bound: float | None) -> str:
+    header = ("| contender | hit rate | of bound | TTFT p50 ms | TTFT p99 ms | req/s "
+              "| max/mean load | requests per replica | errors |")
+    lines = [header, "|" + "---|" * 9]
+    for result in results:
+        summary = result.summary
+        if summary is None:
+            reason = (result.unavailable or "").splitlines()[0][:160]
+            lines.append(f"| {result.name} | unavailable: {reason} | | | | | | | |")
+            continue
+        of_bound = (summary.hit_rate / bound) if (summary.hit_rate is not None and bound) else None
+        shares = "/".join(f"{r.requests:.0f}" for r in summary.replicas) or "-"
+        errors = str(summary.errors)
+        if summary.abandoned or summary.unsent:
+            errors += f" (+{summary.abandoned} abandoned, +{summary.unsent} unsent)"
+        lines.append(
+            f"| {result.name} | {_pct(summary.hit_rate)} | {_pct(of_bound)} "
+            f"| {_ms(summary.ttft.p50)} | {_ms(summary.ttft.p99)} "
+            f"| {_num(summary.throughput_rps)} | {_num(summary.max_mean_load)} "
+            f"| {shares} | {errors} |")
+    return "\n".join(lines) + "\n"
+
+
+def results_document(meta: dict[str, Any], results: Sequence[ContenderResult],
+                     bound: float | None) -> dict[str, Any]:
+    contenders = []
+    for result in results:
+        summary = result.summary
+        contenders.append({
+            "name": result.name,
+            "status": "ok" if summary is not None else "unavailable",
+            "unavailable": result.unavailable,
+            "note": result.note,
+            "of_bound": (summary.hit_rate / bound)
+            if summary is not None and summary.hit_rate is not None and bound else None,
+            "summary": summary.to_dict() if summary is not None else None,
+        })
+    return {"meta": meta, "bound_hit_rate": bound, "contenders": contenders}
+
+
+def write_outputs(out_dir: Path, meta: dict[str, Any], results: Sequence[ContenderResult],
+                  bound: float | None, title: str) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out_dir / "results.json", "md": out_dir / "results.md",
+             "requests": out_dir / "requests.jsonl"}
+    document = results_document(meta, results, bound)
+    paths["json"].write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    with paths["requests"].open("w") as handle:
+        for result in results:
+            if result.run is None:
+                continue
+            for record in result.run.drive.records:
+                handle.write(json.dumps({"contender": result.name, **asdict(record)}) + "\n")
+    bound_line = f"Ideal bound (one cache holding all replicas' capacity): {_pct(bound)}\n\n" \
+        if bound is not None else ""
+    notes = "".join(f"- {r.name}: {r.note}\n" for r in results if r.note)
+    unavailable = "".join(
+        f"\n### {r.name} unavailable\n\n```\n{r.unavailable}\n```\n"
+        for r in results if r.unavailable)
+    paths["md"].write_text(
+        f"# {title}\n\n{bound_line}{markdown_table(results, bound)}"
+        + (f"\nNotes:\n{notes}" if notes else "") + unavailable)
+    return paths
