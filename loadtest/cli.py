@@ -1,0 +1,148 @@
+"""The ``python -m loadtest`` command.
+
+    python -m loadtest run      --target URL --workload NAME [params] --out DIR
+                                [--replica-metrics URL ...] [--label NAME]
+    python -m loadtest overhead [--concurrency 100 --prompt-len 2048 ...] --out DIR
+    python -m loadtest compare  --replicas sim:4 --workload NAME [params] --out DIR
+                                [--contenders a,b,...] [--replica-args "..."]
+    python -m loadtest workloads    list the workloads and their parameters
+
+Every load goes to 127.0.0.1 (the simulated replicas and routers this command
+starts, or the ``--target`` given) and is bounded by ``--max-duration``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from .compare import compare_command
+from .loop import run
+from .machine import machine_info
+from .measure import RunLimits, Target, measure
+from .overhead import overhead_command
+from .plots import write_plots
+from .report import write_outputs
+from .results import ContenderResult
+from .workloads.mooncake import repo_root
+from .workloads.registry import (
+    add_workload_arguments,
+    build_workload,
+    workload_overrides,
+    workload_specs,
+)
+
+
+def _limits_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-duration", type=float, default=300.0,
+                        help="seconds after which no new request is sent (default 300)")
+    parser.add_argument("--request-timeout", type=float, default=120.0)
+    parser.add_argument("--sample-period", type=float, default=0.5,
+                        help="seconds between replica load samples")
+
+
+def _limits(args: argparse.Namespace) -> RunLimits:
+    return RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
+                     sample_period=args.sample_period)
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="python -m loadtest", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = root.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="drive one workload against one endpoint")
+    run.add_argument("--target", required=True, help="server root, e.g. http://127.0.0.1:8000")
+    run.add_argument("--model", help="model name (default: the first of GET /v1/models)")
+    run.add_argument("--label", help="name of this contender in the report (default: the URL)")
+    run.add_argument("--replica-metrics", nargs="*", default=[], metavar="URL",
+                     help="replica roots whose /metrics give the true hit rate and load")
+    run.add_argument("--out", required=True, type=Path)
+    add_workload_arguments(run)
+    _limits_arguments(run)
+
+    overhead = commands.add_parser("overhead", help="gateway overhead vs a direct connection")
+    overhead.add_argument("--out", required=True, type=Path)
+    overhead.add_argument("--concurrency", type=int, default=100)
+    overhead.add_argument("--requests", type=int, default=600,
+                          help="requests per round and path")
+    overhead.add_argument("--rounds", type=int, default=3,
+                          help="alternating direct/gateway rounds (each path runs every round)")
+    overhead.add_argument("--prompt-len", type=int, default=2048)
+    overhead.add_argument("--output-len", type=int, default=16)
+    overhead.add_argument("--distinct-prompts", type=int, default=64)
+    overhead.add_argument("--time-scale", type=float, default=1000.0)
+    overhead.add_argument("--num-blocks", type=int, default=16384)
+    overhead.add_argument("--policy", default="least_load")
+    _limits_arguments(overhead)
+
+    compare = commands.add_parser("compare", help="every router in front of the same replicas")
+    compare.add_argument("--replicas", default="sim:4", help="sim:N (simulated replicas)")
+    compare.add_argument("--replica-args", default="",
+                         help='extra flags for every sim, e.g. "--num-blocks 400 --time-scale 10"')
+    compare.add_argument("--contenders", default="all",
+                         help="comma-separated names (see --list-contenders) or 'all'")
+    compare.add_argument("--list-contenders", action="store_true")
+    compare.add_argument("--out", required=True, type=Path)
+    compare.add_argument("--title", help="report title")
+    add_workload_arguments(compare)
+    _limits_arguments(compare)
+
+    commands.add_parser("workloads", help="list workloads and their parameters")
+    return root
+
+
+async def _first_model(target: str) -> str:
+    async with httpx.AsyncClient(timeout=10.0) as client:
+        response = await client.get(target.rstrip("/") + "/v1/models")
+        response.raise_for_status()
+        return str(response.json()["data"][0]["id"])
+
+
+def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    workload = build_workload(args.workload, workload_overrides(args))
+    model = args.model or asyncio.run(_first_model(args.target))
+    target = Target(args.label or args.target, args.target, model)
+    measured = run(lambda: measure(workload, target, args.replica_metrics, _limits(args)))
+    result = ContenderResult(target.label, run=measured)
+    meta = {
+        "command": "python -m loadtest " + " ".join(argv),
+        "machine": machine_info(repo_root()),
+        "workload": {"name": workload.name, "requests": workload.request_count,
+                     "pacing": workload.pacing.describe(), "params": workload.params},
+        "target": dataclasses.asdict(target),
+    }
+    title = f"{workload.name} against {target.label}"
+    paths = write_outputs(args.out, meta, [result], None, title)
+    write_plots(args.out, [result], title, None)
+    print(paths["md"].read_text())
+    return 0
+
+
+def workloads_command() -> int:
+    for spec in workload_specs().values():
+        fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(spec.params_type))
+        print(f"{spec.name}: {spec.summary}\n    {fields}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return run_command(args, argv)
+        if args.command == "workloads":
+            return workloads_command()
+        if args.command == "overhead":
+            return overhead_command(args, argv)
+        return compare_command(args, argv)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"loadtest: {exc}", file=sys.stderr)
+        return 2

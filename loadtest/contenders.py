@@ -1,0 +1,184 @@
+"""The routers a comparison puts in front of the same replicas, and how to start each.
+
+Contender names are ``kind:variant``:
+
+* ``prefixgate:<policy>``: ``python -m gateway.cli serve --config FILE`` with
+  the replicas, the model and its tokenizer (the one the sims use) and that
+  policy; ``prefixgate:default`` leaves the policy unset. ``precise`` also
+  needs each replica's KV-event endpoints in the replica settings
+  (``kv_events: {endpoint, replay_endpoint, topic}``); when the gateway's
+  settings have no such key, or the sims publish no events, the contender is
+  reported unavailable;
+* ``vllm-router:<policy>`` and ``sglang-router:<policy>``: the peers (see
+  :mod:`.peers`), installed on first use; ``vllm-router:kv_aware`` is fed the
+  sims' KV events like ``prefixgate:precise``;
+* ``direct:sim0``: no router, the client talks to the first replica: the
+  floor for overhead (and one replica's capacity and cache, not four).
+
+:func:`launch` starts one contender and returns its base URL; every process
+it starts belongs to the ``ServiceGroup`` passed in, so leaving the group's
+``with`` block stops it. Failures raise :class:`ContenderUnavailable` with
+the reason and the child's log tail.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from gateway.config import ReplicaSettings, Settings
+
+from .peers import (
+    SGLANG_ROUTER,
+    VLLM_ROUTER,
+    PeerUnavailable,
+    ensure_installed,
+    sglang_router_argv,
+    vllm_router_argv,
+)
+from .processes import Service, ServiceGroup, StartError, free_port
+from .sims import SimReplica
+
+PREFIXGATE_POLICIES = ("round_robin", "least_load", "chwbl", "prefix", "precise")
+VLLM_ROUTER_POLICIES = ("cache_aware", "kv_aware", "consistent_hash", "round_robin")
+NEEDS_KV_EVENTS = ("prefixgate:precise", "vllm-router:kv_aware")
+SGLANG_ROUTER_POLICIES = ("cache_aware",)
+
+
+class ContenderUnavailable(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class ContenderSpec:
+    kind: str
+    variant: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.variant}"
+
+    @classmethod
+    def needs_kv_events(self) -> bool:
+        return self.name in NEEDS_KV_EVENTS
+
+    @classmethod
+    def parse(cls, text: str) -> ContenderSpec:
+        kind, sep, variant = text.partition(":")
+        if not sep or kind not in ("prefixgate", "vllm-router", "sglang-router", "direct"):
+            raise ValueError(f"bad contender {text!r}: expected prefixgate:POLICY, "
+                             "vllm-router:POLICY, sglang-router:POLICY or direct:sim0")
+        return cls(kind, variant)
+
+
+def default_policy() -> str:
+    return str(Settings.model_fields["policy"].default)
+
+
+def all_contenders() -> list[ContenderSpec]:
+    """Every contender, prefixgate's default policy folded into its own row."""
+    specs = [ContenderSpec("prefixgate", p) for p in PREFIXGATE_POLICIES]
+    if default_policy() not in PREFIXGATE_POLICIES:
+        specs.append(ContenderSpec("prefixgate", "default"))
+    specs += [ContenderSpec("vllm-router", p) for p in VLLM_ROUTER_POLICIES]
+    specs += [ContenderSpec("sglang-router", p) for p in SGLANG_ROUTER_POLICIES]
+    specs.append(ContenderSpec("direct", "sim0"))
+    return specs
+
+
+def kv_events_key() -> str | None:
+    """The replica-settings key for a KV-event endpoint, if the gateway has one."""
+    for name in ReplicaSettings.model_fields:
+        if "event" in name:
+            return name
+    return None
+
+
+def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
+             tokenizer: str | None, group: ServiceGroup, log_dir: Path) -> str:
+    entries = []
+    events_key = kv_events_key()
+    if spec.needs_kv_events():
+        if events_key is None:
+            raise ContenderUnavailable(
+                "the gateway's replica settings have no KV-event endpoint key yet; "
+                "precise needs one to learn the replicas' caches")
+        if any(r.kv_events_port is None for r in replicas):
+            raise ContenderUnavailable("the replicas were started without KV events")
+    for replica in replicas:
+        entry: dict[str, object] = {"id": replica.id, "url": replica.url, "model": model,
+                                    "block_size": replica.block_size}
+        if spec.needs_kv_events() and events_key:
+            entry[events_key] = {
+                "endpoint": f"tcp://127.0.0.1:{replica.kv_events_port}",
+                "replay_endpoint": f"tcp://127.0.0.1:{replica.kv_replay_port}",
+                "topic": "kv",
+            }
+        entries.append(entry)
+    port = free_port()
+    settings: dict[str, object] = {"host": "127.0.0.1", "port": port, "replicas": entries,
+                                   "models": [{"name": model, "tokenizer": tokenizer}],
+                                   "log_level": "warning"}
+    if spec.variant != "default":
+        settings["policy"] = spec.variant
+    config = log_dir / f"{spec.name.replace(':', '-')}.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(yaml.safe_dump(settings))
+    url = f"http://127.0.0.1:{port}"
+    group.start(Service(spec.name, [sys.executable, "-m", "gateway.cli", "serve", "--config",
+                                    str(config)], url + "/ready",
+                        log_dir / f"{spec.name.replace(':', '-')}.log",
+                        env={"HF_HUB_OFFLINE": "1"}), timeout=120.0)
+    return url
+
+
+def kv_event_args(replicas: Sequence[SimReplica], model: str) -> list[str]:
+    """vllm-router's static KV-event sources, one per worker."""
+    args: list[str] = []
+    for replica in replicas:
+        args += ["--kv-event-source", f"{replica.url}=tcp://127.0.0.1:{replica.kv_events_port}",
+                 "--kv-event-replay-source",
+                 f"{replica.url}=tcp://127.0.0.1:{replica.kv_replay_port}"]
+    block_size = replicas[0].block_size if replicas else 16
+    return args + ["--kv-event-block-size", str(block_size), "--kv-event-model", model]
+
+
+def _peer(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
+          group: ServiceGroup, log_dir: Path) -> str:
+    package = VLLM_ROUTER if spec.kind == "vllm-router" else SGLANG_ROUTER
+    try:
+        venv = ensure_installed(package)
+    except PeerUnavailable as exc:
+        raise ContenderUnavailable(str(exc)) from None
+    port, metrics_port = free_port(), free_port()
+    workers = [r.url for r in replicas]
+    build = vllm_router_argv if spec.kind == "vllm-router" else sglang_router_argv
+    argv = build(venv, port, metrics_port, workers, spec.variant)
+    if spec.needs_kv_events():
+        if any(r.kv_events_port is None for r in replicas):
+            raise ContenderUnavailable("the replicas were started without KV events")
+        argv += kv_event_args(replicas, model)
+    url = f"http://127.0.0.1:{port}"
+    group.start(Service(spec.name, argv, url + "/health",
+                        log_dir / f"{spec.name.replace(':', '-')}.log"), timeout=90.0)
+    return url
+
+
+def launch(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
+           tokenizer: str | None, group: ServiceGroup, log_dir: Path) -> str:
+    """Start the contender in front of ``replicas``; returns the URL to send to."""
+    try:
+        if spec.kind == "direct":
+            matching = [r for r in replicas if r.id == spec.variant]
+            if not matching:
+                raise ContenderUnavailable(f"no replica {spec.variant!r}")
+            return matching[0].url
+        if spec.kind == "prefixgate":
+            return _gateway(spec, replicas, model, tokenizer, group, log_dir)
+        return _peer(spec, replicas, model, group, log_dir)
+    except StartError as exc:
+        raise ContenderUnavailable(str(exc)) from None

@@ -1,0 +1,198 @@
+"""``python -m loadtest overhead``: what the gateway adds, measured side by side.
+
+Setup, all on this machine: one simulated replica with a very high
+``--time-scale`` (its modeled latency shrinks to almost nothing, so what is
+left is real work: HTTP, rendering, streaming) and one prefixgate gateway per
+``--policy`` in front of it (one replica, so the policy's choice is trivial
+and what is measured is the gateway's own path).
+
+Workload: a closed loop of ``--concurrency`` streaming chat requests (100 by
+default), prompts of about ``--prompt-len`` tokens (a system prompt shared by
+a group of requests plus a distinct 128-token question: the shape of a real
+app, which lets the gateway's prompt memoization work as in production) and
+``--output-len`` answer tokens.
+
+Interleaving: a warm-up round per path (discarded), then ``--rounds`` rounds
+in which every path runs the same requests in turn — direct, gateway(s),
+direct, ... — so slow drifts of the shared machine hit all paths alike. Each
+round resets the replica's prefix cache first so every path sees the same
+cache state.
+
+Reported per path: TTFT and end-to-end p50/p99 over all measured rounds,
+throughput (requests/s) at that concurrency, and for each gateway the
+difference to direct (the overhead). Caveat printed with the numbers: the
+load generator, the replica and the gateway share the machine's cores, so a
+gateway's CPU time also slows the other two; on 2 cores that is part of what
+is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from .contenders import ContenderSpec, launch
+from .driver import DriveResult
+from .loop import loop_name, run
+from .machine import machine_info
+from .measure import MeasuredRun, RunLimits, Target, measure
+from .plots import ttft_cdf
+from .processes import ServiceGroup
+from .results import ContenderResult
+from .sims import SimFleetSpec, reset_caches, start_sims
+from .summary import percentile
+from .workloads.base import Workload
+from .workloads.mooncake import repo_root
+from .workloads.shared_prefix import SharedPrefixParams
+from .workloads.shared_prefix import build as build_shared_prefix
+
+QUESTION_LEN = 128
+
+
+@dataclass(frozen=True)
+class PathFigures:
+    name: str
+    requests: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    e2e_p50_ms: float | None
+    e2e_p99_ms: float | None
+    throughput_rps: float
+    ttft_overhead_p50_ms: float | None = None
+    ttft_overhead_p99_ms: float | None = None
+    e2e_overhead_p50_ms: float | None = None
+    e2e_overhead_p99_ms: float | None = None
+    throughput_ratio: float | None = None
+
+
+def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
+    groups = max(1, args.distinct_prompts // 8)
+    per_group = -(-args.requests // groups)
+    params = SharedPrefixParams(
+        groups=groups, prompts_per_group=per_group,
+        system_len=max(1, args.prompt_len - QUESTION_LEN), question_len=QUESTION_LEN,
+        output_len=args.output_len, seed=seed, concurrency=args.concurrency)
+    workload = build_shared_prefix(params)
+    conversations = workload.conversations[: args.requests]
+    return Workload("overhead", conversations, workload.pacing, workload.ignore_eos,
+                    {**workload.params, "requests": len(conversations)})
+
+
+def _merge(name: str, runs: Sequence[MeasuredRun]) -> MeasuredRun:
+    records = tuple(r for run_ in runs for r in run_.drive.records)
+    duration = sum(run_.drive.duration for run_ in runs)
+    drive = DriveResult(records, (), duration, sum(r.drive.unsent for r in runs),
+                        sum(r.drive.abandoned for r in runs))
+    return MeasuredRun(name, "overhead", (), drive, (), ())
+
+
+def _figures(name: str, runs: Sequence[MeasuredRun]) -> PathFigures:
+    good = [r for run_ in runs for r in run_.drive.records if r.ok]
+    total = sum(len(run_.drive.records) for run_ in runs)
+    ttft = [r.ttft * 1000 for r in good if r.ttft is not None]
+    e2e = [r.e2e * 1000 for r in good if r.e2e is not None]
+    # Throughput per round (first send to last answer), averaged over rounds.
+    rates = []
+    for run_ in runs:
+        ok = [r for r in run_.drive.records if r.ok]
+        if ok:
+            span = max(r.sent_at + (r.e2e or 0) for r in ok) - min(r.sent_at for r in ok)
+            rates.append(len(ok) / span if span > 0 else 0.0)
+    return PathFigures(name, total, total - len(good), percentile(ttft, 50), percentile(ttft, 99),
+                       percentile(e2e, 50), percentile(e2e, 99),
+                       sum(rates) / len(rates) if rates else 0.0)
+
+
+def _with_overhead(path: PathFigures, direct: PathFigures) -> PathFigures:
+    def diff(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    return PathFigures(
+        **{**path.__dict__,
+           "ttft_overhead_p50_ms": diff(path.ttft_p50_ms, direct.ttft_p50_ms),
+           "ttft_overhead_p99_ms": diff(path.ttft_p99_ms, direct.ttft_p99_ms),
+           "e2e_overhead_p50_ms": diff(path.e2e_p50_ms, direct.e2e_p50_ms),
+           "e2e_overhead_p99_ms": diff(path.e2e_p99_ms, direct.e2e_p99_ms),
+           "throughput_ratio": path.throughput_rps / direct.throughput_rps
+           if direct.throughput_rps else None})
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float) -> str:
+    header = ("| path | requests | errors | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
+              "| req/s | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
+              "| throughput vs direct |")
+    lines = [header, "|" + "---|" * 11]
+    for p in paths:
+        lines.append(
+            f"| {p.name} | {p.requests} | {p.errors} | {_fmt(p.ttft_p50_ms)} | {_fmt(p.ttft_p99_ms)} "
+            f"| {_fmt(p.e2e_p50_ms)} | {_fmt(p.e2e_p99_ms)} | {_fmt(p.throughput_rps)} "
+            f"| {_fmt(p.ttft_overhead_p50_ms)} / {_fmt(p.ttft_overhead_p99_ms)} "
+            f"| {_fmt(p.e2e_overhead_p50_ms)} / {_fmt(p.e2e_overhead_p99_ms)} "
+            f"| {_fmt(p.throughput_ratio, 2)} |")
+    verdicts = []
+    for p in paths:
+        if p.ttft_overhead_p50_ms is None or p.ttft_overhead_p99_ms is None:
+            continue
+        met = p.ttft_overhead_p50_ms < target_p50 and p.ttft_overhead_p99_ms < target_p99
+        verdicts.append(f"- {p.name}: TTFT overhead p50 {p.ttft_overhead_p50_ms:.1f} ms, "
+                        f"p99 {p.ttft_overhead_p99_ms:.1f} ms -> target (p50 < {target_p50:g} ms, "
+                        f"p99 < {target_p99:g} ms) {'MET' if met else 'NOT MET'}")
+    return "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
+
+
+def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    out: Path = args.out
+    log_dir = out / "logs"
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    fleet = SimFleetSpec(count=1, num_blocks=args.num_blocks, time_scale=args.time_scale)
+    limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout)
+    runs: dict[str, list[MeasuredRun]] = {"direct": [], **{f"prefixgate:{p}": [] for p in policies}}
+    with ServiceGroup() as group:
+        replicas = start_sims(fleet, group, log_dir)
+        urls = {"direct": replicas[0].url}
+        for policy in policies:
+            spec = ContenderSpec("prefixgate", policy)
+            urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(), group,
+                                     log_dir)
+        for round_index in range(args.rounds + 1):
+            workload = overhead_workload(args, seed=round_index)
+            for name, url in urls.items():
+                reset_caches(replicas)
+                print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
+                      file=sys.stderr, flush=True)
+                measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
+                                       limits))
+                if round_index > 0:
+                    runs[name].append(measured)
+    figures = {name: _figures(name, rs) for name, rs in runs.items()}
+    direct = figures["direct"]
+    rows = [direct] + [_with_overhead(f, direct) for n, f in figures.items() if n != "direct"]
+    out.mkdir(parents=True, exist_ok=True)
+    meta: dict[str, Any] = {
+        "command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),
+        "machine": machine_info(repo_root()), "event_loop": loop_name(),
+        "concurrency": args.concurrency, "requests_per_round": args.requests,
+        "rounds": args.rounds, "prompt_len": args.prompt_len, "output_len": args.output_len,
+        "sim": {"time_scale": args.time_scale, "num_blocks": args.num_blocks},
+    }
+    (out / "overhead.json").write_text(json.dumps(
+        {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
+    table = markdown(rows, 2.0, 5.0)
+    (out / "overhead.md").write_text("# Gateway overhead\n\n" + table)
+    merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
+    ttft_cdf(merged, out / "overhead_ttft_cdf.png",
+             f"TTFT, {args.concurrency} concurrent streams, direct vs gateway")
+    print(table)
+    return 0
