@@ -4,6 +4,8 @@ Only the series routing and the ops view need are read, line by line (a full
 exposition parser costs milliseconds on vLLM's many histograms). Values of a
 series with several label sets (one per engine in data-parallel mode) are
 summed; KV usage is averaged. Older vLLM names are accepted beside new ones.
+The replica's own TTFT and inter-token-latency histograms are kept (bucket
+counts summed over engines) so the gateway can re-export them per replica.
 """
 
 from __future__ import annotations
@@ -26,7 +28,24 @@ _GAUGES_MEAN = {
     "vllm:kv_cache_usage_perc": "kv_usage",
     "vllm:gpu_cache_usage_perc": "kv_usage",
 }
+_HISTOGRAMS = {
+    "vllm:time_to_first_token_seconds": "ttft",
+    "vllm:inter_token_latency_seconds": "itl",
+    # Older vLLM only has this name for the same inter-token histogram.
+    "vllm:time_per_output_token_seconds": "itl_legacy",
+}
+_LE = re.compile(r'(?:^|,)le="([^"]*)"')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramCounts:
+    """One latency histogram as last scraped: cumulative count per upper bound."""
+
+    buckets: tuple[tuple[float, float], ...]
+    """``(le, cumulative count)`` in increasing ``le``; the last bound is ``+Inf``."""
+    sum: float
+    count: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +62,34 @@ class ReplicaMetrics:
     block_size: int | None = None
     num_gpu_blocks: int | None = None
     model_names: tuple[str, ...] = ()
+    ttft: HistogramCounts | None = None
+    """``vllm:time_to_first_token_seconds`` of the replica."""
+    itl: HistogramCounts | None = None
+    """``vllm:inter_token_latency_seconds`` (older vLLM: time_per_output_token)."""
+
+
+class _HistogramSum:
+    def __init__(self) -> None:
+        self.buckets: dict[float, float] = {}
+        self.sum = 0.0
+        self.count = 0.0
+
+    def add(self, suffix: str, labels: str, value: float) -> None:
+        if suffix == "bucket":
+            bound = _LE.search(labels)
+            if bound is None:
+                return
+            le = float(bound.group(1))
+            self.buckets[le] = self.buckets.get(le, 0.0) + value
+        elif suffix == "sum":
+            self.sum += value
+        else:
+            self.count += value
+
+    def freeze(self) -> HistogramCounts | None:
+        if not self.buckets or math.inf not in self.buckets:
+            return None
+        return HistogramCounts(tuple(sorted(self.buckets.items())), self.sum, self.count)
 
 
 def _split(line: str) -> tuple[str, str, float] | None:
@@ -71,6 +118,7 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
     block_size: int | None = None
     num_blocks: int | None = None
     models: set[str] = set()
+    histograms: dict[str, _HistogramSum] = {}
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue
@@ -91,6 +139,10 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
             num_blocks = _int_or_none(info.get("num_gpu_blocks"))
             continue
         else:
+            base, _, suffix = name.rpartition("_")
+            if base in _HISTOGRAMS and suffix in ("bucket", "sum", "count"):
+                histograms.setdefault(_HISTOGRAMS[base], _HistogramSum()).add(
+                    suffix, labels, value)
             continue
         for key, val in _LABEL.findall(labels):
             if key == "model_name":
@@ -107,7 +159,13 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
         block_size=block_size,
         num_gpu_blocks=num_blocks,
         model_names=tuple(sorted(models)),
+        ttft=_frozen(histograms.get("ttft")),
+        itl=_frozen(histograms.get("itl")) or _frozen(histograms.get("itl_legacy")),
     )
+
+
+def _frozen(histogram: _HistogramSum | None) -> HistogramCounts | None:
+    return histogram.freeze() if histogram is not None else None
 
 
 def _int_or_none(text: str | None) -> int | None:

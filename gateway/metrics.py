@@ -3,7 +3,8 @@
 Labels are bounded: replica, model, policy, reason, kind, status — never a
 prompt, a user or a key. Gauges that mirror the pool (health, in-flight, the
 replica's own vLLM counters) are read at scrape time by a collector, so the
-numbers cannot drift from the pool's state.
+numbers cannot drift from the pool's state. The lint and drift counters are
+defined here and incremented by the prompt linter.
 """
 
 from __future__ import annotations
@@ -11,10 +12,18 @@ from __future__ import annotations
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from engine.pool import ReplicaPool
+from engine.scrape import HistogramCounts
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                     5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
@@ -75,6 +84,13 @@ class GatewayMetrics:
         self.completion_tokens = Counter(
             "prefixgate_completion_tokens", "Output tokens reported by the replica.",
             ["replica"], registry=r)
+        self.lint_findings = Counter(
+            "prefixgate_lint_findings", "Prompt lint findings, by kind of finding.",
+            ["kind"], registry=r)
+        self.prefix_drift_events = Counter(
+            "prefixgate_prefix_drift_events",
+            "Times a stable prompt prefix (system prompt, tools) changed under a model.",
+            ["model"], registry=r)
         r.register(PoolCollector(pool))
         for collector in extra:
             r.register(collector)
@@ -107,6 +123,33 @@ class PoolCollector(Collector):
         queries = CounterMetricFamily("prefixgate_replica_prefix_cache_queries_tokens",
                                       "vllm:prefix_cache_queries_total of the replica.",
                                       labels=["replica"])
+        info = InfoMetricFamily("prefixgate_replica",
+                                "Configured replica: the model it serves and its kind.",
+                                labels=["replica", "model", "kind"])
+        replicas = GaugeMetricFamily("prefixgate_replicas",
+                                     "Replicas configured for a model.", labels=["model"])
+        healthy_count = GaugeMetricFamily("prefixgate_healthy_replicas",
+                                          "Replicas of a model in rotation.", labels=["model"])
+        ttft = HistogramMetricFamily(
+            "prefixgate_replica_time_to_first_token_seconds",
+            "vllm:time_to_first_token_seconds of the replica (engine-side), as last scraped.",
+            labels=["replica"])
+        itl = HistogramMetricFamily(
+            "prefixgate_replica_inter_token_latency_seconds",
+            "vllm:inter_token_latency_seconds of the replica (engine-side), as last scraped.",
+            labels=["replica"])
+        per_model: dict[str, list[bool]] = {}
+        for replica in self.pool:
+            for model in replica.models or ("",):
+                info.add_metric([replica.id, model, replica.spec.kind], {})
+                if model:
+                    per_model.setdefault(model, []).append(replica.healthy)
+            _add_histogram(ttft, replica.id, replica.metrics.ttft)
+            _add_histogram(itl, replica.id, replica.metrics.itl)
+        for model, states in per_model.items():
+            replicas.add_metric([model], len(states))
+            healthy_count.add_metric([model], sum(states))
+        yield from (info, replicas, healthy_count, ttft, itl)
         for replica in self.pool:
             labels = [replica.id]
             healthy.add_metric(labels, 1.0 if replica.healthy else 0.0)
@@ -117,6 +160,14 @@ class PoolCollector(Collector):
             hits.add_metric(labels, replica.metrics.prefix_hits)
             queries.add_metric(labels, replica.metrics.prefix_queries)
         yield from (healthy, inflight, running, waiting, kv, hits, queries)
+
+
+def _add_histogram(family: HistogramMetricFamily, replica_id: str,
+                   counts: HistogramCounts | None) -> None:
+    if counts is None:
+        return
+    buckets = [(floatToGoString(le), value) for le, value in counts.buckets]
+    family.add_metric([replica_id], buckets, counts.sum)
 
 
 ScrapeHook = Callable[[], None]

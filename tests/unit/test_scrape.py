@@ -36,3 +36,27 @@ def test_accepts_the_older_gpu_cache_name() -> None:
 def test_garbage_is_ignored() -> None:
     m = parse_vllm_metrics("vllm:num_requests_running{broken 1\nvllm:num_requests_waiting NaN\n\n")
     assert (m.running, m.waiting) == (0, 0)
+
+
+def test_keeps_the_replicas_latency_histograms_summed_over_engines() -> None:
+    lines = []
+    for engine, counts in (("0", (1, 3, 4)), ("1", (0, 2, 2))):
+        for le, count in zip(("0.1", "1.0", "+Inf"), counts):
+            lines.append(f'vllm:time_to_first_token_seconds_bucket{{engine="{engine}",'
+                         f'le="{le}",model_name="q"}} {count}.0')
+        lines.append(f'vllm:time_to_first_token_seconds_sum{{engine="{engine}",model_name="q"}} 2.5')
+        lines.append(f'vllm:time_to_first_token_seconds_count{{engine="{engine}",model_name="q"}} '
+                     f'{counts[-1]}.0')
+    lines.append('vllm:time_per_output_token_seconds_bucket{le="+Inf"} 7.0')
+    lines.append('vllm:time_per_output_token_seconds_count 7.0')
+    m = parse_vllm_metrics("\n".join(lines) + "\n")
+    assert m.ttft is not None
+    assert m.ttft.buckets == ((0.1, 1.0), (1.0, 5.0), (float("inf"), 6.0))
+    assert (m.ttft.sum, m.ttft.count) == (5.0, 6.0)
+    # Older vLLM names the inter-token histogram time_per_output_token.
+    assert m.itl is not None and m.itl.count == 7.0
+
+
+def test_a_histogram_without_its_inf_bucket_is_dropped() -> None:
+    m = parse_vllm_metrics(VLLM_TEXT)
+    assert m.ttft is None and m.itl is None
