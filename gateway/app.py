@@ -26,6 +26,10 @@ from .hashers import HasherSet
 from .api import build_router
 from .config import Settings
 from .metrics import GatewayMetrics
+from .ops_routes import build_ops_router
+from .ops_sampler import OpsSampler
+from .ops_stats import OpsStats
+from .ops_view import OpsView
 from .proxy import Proxy
 from .routing import Router
 from .state import GatewayState
@@ -66,14 +70,21 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         proxy = Proxy(pool, metrics, settings.max_attempts)
         hashers = HasherSet(settings.models)
-        state = GatewayState(settings, pool, router, proxy, metrics, hashers)
+        ops = OpsStats()
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops)
+        ops_view = OpsView(pool, policy, ops)
         await pool.start()
+        ops_sampler = OpsSampler(pool, ops)
+        ops_sampler.start()
         app.include_router(build_router(state))
+        app.include_router(build_ops_router(ops_view))
         app.state.gateway = state
+        app.state.ops_view = ops_view
         log.info("prefixgate ready: %d replica(s), policy %s", len(pool), policy.name)
         try:
             yield
         finally:
+            await ops_sampler.aclose()
             await pool.aclose()
 
     app = FastAPI(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,

@@ -22,6 +22,7 @@ from policies.types import RouteRequest
 from .config import Settings
 from .hashers import HasherSet
 from .metrics import GatewayMetrics
+from .ops_stats import OpsStats
 from .proxy import Outcome, Proxy
 from .routing import Routed, Router
 
@@ -33,7 +34,8 @@ OFFLOAD_CHARS = 8192
 
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
-                 metrics: GatewayMetrics, hashers: HasherSet) -> None:
+                 metrics: GatewayMetrics, hashers: HasherSet,
+                 ops: OpsStats | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.router = router
@@ -41,6 +43,7 @@ class GatewayState:
         self.metrics = metrics
         self.started_at = time.time()
         self.hashers = hashers
+        self.ops = ops if ops is not None else OpsStats()
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]
@@ -93,6 +96,10 @@ class GatewayState:
                 m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
                 if outcome.usage.cached_tokens is not None:
                     m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
+        if outcome.replica_id:
+            self.ops.record(outcome.replica_id, routed.request.prompt_tokens,
+                            self.predicted_cached(routed, replica), outcome.ttft,
+                            ok=outcome.status == 200)
         if log.isEnabledFor(logging.INFO):
             log.info(orjson.dumps({
                 "request_id": routed.request.request_id, "model": model, "replica": replica,

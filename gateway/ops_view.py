@@ -1,0 +1,178 @@
+"""The operator's picture of every replica, as served by ``GET /admin/replicas``.
+
+``OpsView.payload()`` joins three sources, all read without awaiting:
+
+* the pool: configuration (id, url, model, kind), health, load, KV usage,
+  block size and capacity, the last probe error;
+* the policy's prefix index, when it has one: blocks the gateway believes
+  each replica holds (``policy.index.size(replica)``; ``null`` for policies
+  without an index, such as ``least_load``);
+* :class:`OpsStats`: predicted and actual prefix-cache hit rates over the
+  last minute and since start, TTFT p50/p99 over the last minute, request
+  counts, and the chart history.
+
+Two hooks let the prompt linter show its findings without this module
+knowing it: ``lint_provider`` returns the most frequent findings by kind and
+``drift_provider`` the latest prefix-drift events. Both return nothing until
+``create_app`` wires them (``view.lint_provider = linter.top_findings``).
+Neither may carry prompt text: kinds, counts, models, short fixed wording.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.pool import Replica, ReplicaPool
+from policies.base import Policy
+
+from .ops_sampler import readings
+from .ops_stats import HistoryPoint, OpsStats, ReplicaStats, Totals
+
+TOP_LINT_FINDINGS = 10
+LATEST_DRIFT_EVENTS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class LintFindingStat:
+    """How often one kind of prompt-lint finding was seen."""
+
+    kind: str
+    """Bounded finding kind, e.g. ``timestamp_in_system_prompt``."""
+    count: int
+    severity: str = "warning"
+    suggestion: str = ""
+    """The fix in words; never text taken from a prompt."""
+
+
+@dataclass(frozen=True, slots=True)
+class DriftEvent:
+    """A stable prefix (system prompt, tool list) changed under a model."""
+
+    at: float
+    """Unix time of the event."""
+    model: str
+    kind: str
+    """What drifted, e.g. ``system_prompt`` or ``tools``."""
+    detail: str = ""
+    lost_tokens: int | None = None
+    """Cached prefix tokens the change made useless, when known."""
+
+
+LintProvider = Callable[[], Sequence[LintFindingStat]]
+DriftProvider = Callable[[], Sequence[DriftEvent]]
+
+
+def _none() -> Sequence[Any]:
+    return ()
+
+
+class OpsView:
+    def __init__(self, pool: ReplicaPool, policy: Policy, stats: OpsStats,
+                 wall_clock: Callable[[], float] = time.time) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.stats = stats
+        self.wall_clock = wall_clock
+        self.started_at = wall_clock()
+        self.lint_provider: LintProvider = _none
+        self.drift_provider: DriftProvider = _none
+
+    def payload(self) -> dict[str, Any]:
+        now = self.stats.clock()
+        by_id = {s.replica_id: s for s in self.stats.stats(readings(self.pool))}
+        replicas = [self._replica(r, by_id[r.id], now) for r in self.pool]
+        lint = sorted(self.lint_provider(), key=lambda f: (-f.count, f.kind))
+        drift = sorted(self.drift_provider(), key=lambda e: -e.at)
+        wall = self.wall_clock()
+        return {
+            "generated_at": wall,
+            "uptime_s": _round(wall - self.started_at),
+            "policy": self.policy.name,
+            "window_s": self.stats.window,
+            "sample_interval_s": self.stats.interval,
+            "replicas_total": len(replicas),
+            "replicas_healthy": sum(1 for r in replicas if r["healthy"]),
+            "replicas": replicas,
+            "lint_findings": [
+                {"kind": f.kind, "count": f.count, "severity": f.severity,
+                 "suggestion": f.suggestion}
+                for f in lint[:TOP_LINT_FINDINGS]],
+            "drift_events": [
+                {"at": e.at, "age_s": _round(wall - e.at), "model": e.model, "kind": e.kind,
+                 "detail": e.detail, "lost_tokens": e.lost_tokens}
+                for e in drift[:LATEST_DRIFT_EVENTS]],
+        }
+
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        """Blocks the policy's prefix index holds for the replica; None without an index."""
+        size = getattr(getattr(self.policy, "index", None), "size", None)
+        if not callable(size):
+            return None
+        value = size(replica_id)
+        return value if isinstance(value, int) else None
+
+    def _replica(self, replica: Replica, stats: ReplicaStats, now: float) -> dict[str, Any]:
+        m = replica.metrics
+        block_size = replica.block_size(self.pool.default_block_size)
+        capacity = m.num_gpu_blocks
+        models = list(replica.models)
+        return {
+            "id": replica.id,
+            "url": replica.spec.url,
+            "model": models[0] if models else None,
+            "models": models,
+            "kind": replica.spec.kind,
+            "healthy": replica.healthy,
+            "inflight": replica.inflight,
+            "running": m.running,
+            "waiting": m.waiting,
+            "kv_usage": _round(m.kv_usage),
+            "block_size": block_size,
+            "capacity_blocks": capacity,
+            "capacity_tokens": capacity * block_size if capacity is not None else None,
+            "indexed_blocks": self.indexed_blocks(replica.id),
+            **_rates(stats.window, "1m"),
+            **_rates(stats.total, "total"),
+            "ttft_p50_1m_s": _round(stats.ttft_p50),
+            "ttft_p99_1m_s": _round(stats.ttft_p99),
+            "ttft_samples_1m": stats.ttft_samples,
+            "last_error": replica.last_error,
+            "history": _history(stats.history, now),
+        }
+
+
+def _rates(totals: Totals, suffix: str) -> dict[str, Any]:
+    return {
+        f"predicted_hit_rate_{suffix}": _round(totals.predicted_hit_rate),
+        f"actual_hit_rate_{suffix}": _round(totals.actual_hit_rate),
+        f"requests_{suffix}": totals.requests,
+        f"errors_{suffix}": totals.errors,
+        f"prompt_tokens_{suffix}": totals.prompt_tokens,
+        f"predicted_cached_tokens_{suffix}": totals.predicted_cached_tokens,
+        f"cache_queries_tokens_{suffix}": totals.cache_queries,
+        f"cache_hits_tokens_{suffix}": totals.cache_hits,
+    }
+
+
+def _history(points: Sequence[HistoryPoint], now: float) -> dict[str, list[Any]]:
+    """Columns for the charts, oldest first; ``age_s`` is seconds before now."""
+    return {
+        "age_s": [_round(now - p.at, 2) for p in points],
+        "healthy": [p.healthy for p in points],
+        "predicted_hit_rate": [_round(p.predicted_hit_rate) for p in points],
+        "actual_hit_rate": [_round(p.actual_hit_rate) for p in points],
+        "inflight": [p.inflight for p in points],
+        "running": [p.running for p in points],
+        "waiting": [p.waiting for p in points],
+        "kv_usage": [_round(p.kv_usage) for p in points],
+        "ttft_p50_s": [_round(p.ttft_p50) for p in points],
+        "ttft_p99_s": [_round(p.ttft_p99) for p in points],
+        "request_rate": [_round(p.request_rate, 3) for p in points],
+    }
+
+
+def _round(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value, digits)
