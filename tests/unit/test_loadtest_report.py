@@ -79,3 +79,19 @@ vllm:num_requests_running 2.0
     counters = parse_counters(text)
     assert counters.prefix_hits == 15.0 and counters.prefix_queries == 40.0
     assert counters.requests == 7.0 and counters.running == 2.0
+
+
+def test_histogram_quantile_interpolates_inside_a_bucket() -> None:
+    from loadtest.histogram import delta, parse_buckets, quantile
+
+    text = """x_bucket{le="0.001"} 50.0
+x_bucket{le="0.002"} 90.0
+x_bucket{le="+Inf"} 100.0
+y_bucket{le="0.001"} 7.0
+"""
+    buckets = parse_buckets(text, "x")
+    assert buckets[0.001] == 50.0
+    assert quantile(buckets, 0.5) == pytest.approx(0.001)
+    assert quantile(buckets, 0.7) == pytest.approx(0.0015)
+    assert quantile(buckets, 0.99) == pytest.approx(0.002)  # past the last finite bound
+    assert quantile(delta(buckets, buckets), 0.5) is None
