@@ -57,6 +57,12 @@ def quantile(buckets: dict[float, float], q: float) -> float | None:
     return bounds[-1]
 
 
+def beyond_buckets(buckets: dict[float, float], value: float | None) -> bool:
+    """Whether ``value`` is the last finite bound standing for "that or more"."""
+    finite = [b for b in buckets if not math.isinf(b)]
+    return value is not None and bool(finite) and value >= max(finite)
+
+
 def scrape_buckets(url: str, name: str) -> dict[float, float]:
     response = httpx.get(url.rstrip("/") + "/metrics", timeout=10.0)
     response.raise_for_status()
