@@ -15,15 +15,16 @@ Two feeds, both cheap and synchronous:
 Every figure is a difference of cumulative totals. Each sample stores the
 totals of every replica at that moment; "over the last minute" is *now*
 minus the newest sample at least ``window`` seconds old (or the oldest one,
-while the gateway is younger than the window); "since start" is now minus
-the first sample. The replica's counters fall back to zero when it restarts:
-such a drop is taken as a reset (the new value is all increase), the way
-Prometheus' ``rate`` does, so the totals only grow.
+while the gateway is younger than the window); "since start" counts from the
+gateway's start (the replica's counters as first sampled are the baseline,
+so traffic it served before is left out). The replica's counters fall back
+to zero when it restarts: such a drop is taken as a reset (the new value is
+all increase), the way Prometheus' ``rate`` does, so the totals only grow.
 
 Hit rate = hit tokens / looked-up tokens: predicted = predicted cached /
 prompt tokens routed; actual = the replica's hits / queries. ``None`` when
 nothing was looked up in the window. TTFT p50 / p99 use nearest rank over the
-streams that started in the window, at most ``max_ttft_samples`` per replica
+streams that finished in the window, at most ``max_ttft_samples`` per replica
 (at higher rates, over the newest ones).
 
 Memory is bounded: ``history_seconds / interval`` samples and history points
