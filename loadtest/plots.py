@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 
 from .results import ContenderResult
 
@@ -37,6 +38,8 @@ def ttft_cdf(results: Sequence[ContenderResult], path: Path, title: str) -> None
         ys = [(i + 1) / len(values) for i in range(len(values))]
         ax.step(values, ys, where="post", label=result.name, linewidth=1.2)
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("time to first token (ms, log scale)")
     ax.set_ylabel("fraction of requests")
     ax.set_title(title, fontsize=10)
