@@ -10,5 +10,9 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 echo "== import rules"
 "$VENV/bin/lint-imports"
+echo "== browser and promtool setup (Debian packages, once)"
+scripts/setup-browser.sh
 echo "== unit + integration"
 $PYTEST tests/unit tests/integration -q -p no:cacheprovider
+echo "== browser (the dashboard in headless Chromium)"
+$PYTEST tests/browser -q -p no:cacheprovider -m browser
