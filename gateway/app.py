@@ -23,6 +23,7 @@ from policies.registry import default_registry
 
 from . import errors
 from .hashers import HasherSet
+from .kv_feed import KVFeed
 from .api import build_router
 from .config import Settings
 from .metrics import GatewayMetrics
@@ -76,6 +77,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         await pool.start()
         ops_sampler = OpsSampler(pool, ops)
         ops_sampler.start()
+        kv_feed = KVFeed(settings, pool, policy)
+        kv_feed.start()
         app.include_router(build_router(state))
         app.include_router(build_ops_router(ops_view))
         app.state.gateway = state
@@ -84,6 +87,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         try:
             yield
         finally:
+            await kv_feed.aclose()
             await ops_sampler.aclose()
             await pool.aclose()
 

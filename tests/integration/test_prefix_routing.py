@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections import Counter
 from typing import Iterator
 
@@ -19,6 +20,7 @@ import pytest
 
 from engine.scrape import parse_vllm_metrics
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
 from tests.support.sim import SimProcess
 
 from .conftest import MODEL, gateway_settings, sim_args
@@ -37,9 +39,14 @@ def system_prompt(app: int) -> str:
 def four_sims() -> Iterator[list[SimProcess]]:
     # 4 x 480 blocks of 16 tokens: the 32 system prompts (~16k tokens) fit in the
     # aggregate cache, not in one replica's.
-    sims = [SimProcess(sim_args(i, "--num-blocks", "480", "--block-size", "16",
-                                  "--max-model-len", "4096"))
-            for i in range(4)]
+    sims = []
+    for i in range(4):
+        pub, replay = free_port(), free_port()
+        sim = SimProcess(sim_args(i, "--num-blocks", "480", "--block-size", "16",
+                                  "--max-model-len", "4096", "--kv-events-port", str(pub),
+                                  "--kv-events-replay-port", str(replay)))
+        sim.kv_ports = (pub, replay)  # type: ignore[attr-defined]
+        sims.append(sim)
     try:
         for sim in sims:
             sim.start()
@@ -85,7 +92,12 @@ def run_policy(sims: list[SimProcess], policy: str) -> tuple[float, Counter[str]
     for sim in sims:
         assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
     before = replica_counters(sims)
-    gw = GatewayProcess(gateway_settings(sims, policy=policy))
+    settings = gateway_settings(sims, policy=policy)
+    for replica, sim in zip(settings["replicas"], sims):
+        pub, replay = sim.kv_ports
+        replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
+                                "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    gw = GatewayProcess(settings)
     try:
         gw.start()
         served = asyncio.run(drive(gw.url))
@@ -98,12 +110,53 @@ def run_policy(sims: list[SimProcess], policy: str) -> tuple[float, Counter[str]
 
 
 def test_prefix_policies_beat_round_robin_and_stay_balanced(four_sims) -> None:
-    results = {policy: run_policy(four_sims, policy) for policy in ("round_robin", "prefix")}
+    policies = ("round_robin", "prefix", "precise")
+    results = {policy: run_policy(four_sims, policy) for policy in policies}
     total = APPS * USERS * TURNS
     for policy, (hit_rate, served) in results.items():
         assert sum(served.values()) == total, policy
         mean = total / len(four_sims)
         assert max(served.values()) <= 1.5 * mean, (policy, served)
-    rr, prefix = results["round_robin"][0], results["prefix"][0]
-    print(f"replica-side hit rate: round_robin {rr:.3f}, prefix {prefix:.3f}")
-    assert prefix > rr + 0.25
+    rates = {policy: round(result[0], 3) for policy, result in results.items()}
+    print(f"replica-side hit rate: {rates}")
+    assert rates["prefix"] > rates["round_robin"] + 0.25
+    assert rates["precise"] > rates["round_robin"] + 0.25
+
+
+def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> None:
+    """A prefix warmed on one replica behind the gateway's back is found via events."""
+    for sim in four_sims:
+        assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
+    settings = gateway_settings(four_sims, policy="precise")
+    for replica, sim in zip(settings["replicas"], four_sims):
+        pub, replay = sim.kv_ports
+        replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
+                                "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    gw = GatewayProcess(settings)
+    try:
+        gw.start()
+        messages = [{"role": "system", "content": system_prompt(999)},
+                    {"role": "user", "content": "hello"}]
+        warm = four_sims[2]  # "s2", warmed directly, not through the gateway
+        direct = openai.OpenAI(base_url=warm.v1_url, api_key="x", max_retries=0)
+        direct.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
+
+        def confirmed_blocks() -> dict[str, int]:
+            replicas = httpx.get(gw.url + "/admin/replicas").json()["replicas"]
+            return {r["id"]: r["indexed_blocks"] for r in replicas}
+
+        deadline = time.monotonic() + 15
+        while confirmed_blocks()["s2"] < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert confirmed_blocks()["s2"] >= 20, confirmed_blocks()
+        assert confirmed_blocks()["s0"] == 0
+
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[*messages[:1], {"role": "user", "content": "hi"}],
+            max_tokens=2)
+        assert raw.headers["x-prefixgate-replica"] == "s2"
+        assert int(raw.headers["x-prefixgate-matched-tokens"]) > 300
+        assert raw.parse().usage.prompt_tokens_details.cached_tokens > 300
+    finally:
+        gw.stop()
