@@ -23,6 +23,7 @@ from policies.registry import default_registry
 
 from . import errors
 from .hashers import HasherSet
+from .inprocess import start_inprocess
 from .kv_feed import KVFeed
 from .api import build_router
 from .config import Settings
@@ -37,11 +38,12 @@ from .state import GatewayState
 
 log = logging.getLogger("prefixgate")
 
-TransportFactory = Callable[[str], httpx.AsyncBaseTransport]
+TransportFactory = Callable[[str], "httpx.AsyncBaseTransport | None"]
 
 
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
+    """One backend per replica; ``transport`` may supply each one's httpx transport."""
     t = settings.timeouts
     timeouts = Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle, probe=t.probe)
     out: list[tuple[ReplicaSpec, Backend]] = []
@@ -62,6 +64,20 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as engines_stack:
+            live, engines = await start_inprocess(settings, engines_stack)
+
+            def transports(replica_id: str) -> httpx.AsyncBaseTransport | None:
+                if replica_id in engines:
+                    return engines[replica_id].transport
+                return transport(replica_id) if transport else None
+
+            async with _serving(app, live, transports):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _serving(app: FastAPI, settings: Settings,
+                       transport: TransportFactory) -> AsyncIterator[None]:
         pool = ReplicaPool(build_backends(settings, transport),
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,

@@ -12,7 +12,14 @@ import os
 from typing import Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(ValueError):
@@ -40,11 +47,60 @@ class KVEventSettings(Strict):
     topic: str = "kv"
 
 
+class VllmSettings(Strict):
+    """The vLLM launch arguments of a replica.
+
+    An ``inprocess`` replica is started from them; for a ``remote`` replica
+    they document how it was launched (the deploy profiles render them).
+    """
+
+    model: str
+    """Model folder or name (``vllm serve MODEL``)."""
+    served_model_name: str | None = None
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    max_model_len: int | None = Field(None, gt=0)
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: str | None = None
+    """``auto``, ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``, ``int8`` ... as vLLM accepts."""
+    quantization: str | None = None
+    block_size: int | None = Field(None, gt=0)
+    load_format: str | None = None
+    enforce_eager: bool = False
+    num_gpu_blocks_override: int | None = Field(None, gt=0)
+    extra_args: list[str] = Field(default_factory=list)
+    """Any other ``vllm serve`` flags, passed through as given."""
+
+    def to_args(self) -> list[str]:
+        args = ["--model", self.model]
+        options: dict[str, object | None] = {
+            "--served-model-name": self.served_model_name,
+            "--tensor-parallel-size": self.tensor_parallel_size,
+            "--gpu-memory-utilization": self.gpu_memory_utilization,
+            "--max-model-len": self.max_model_len,
+            "--kv-cache-dtype": self.kv_cache_dtype,
+            "--quantization": self.quantization,
+            "--block-size": self.block_size,
+            "--load-format": self.load_format,
+            "--num-gpu-blocks-override": self.num_gpu_blocks_override,
+        }
+        for flag, value in options.items():
+            if value is not None:
+                args += [flag, str(value)]
+        args.append("--enable-prefix-caching" if self.enable_prefix_caching
+                    else "--no-enable-prefix-caching")
+        if self.enforce_eager:
+            args.append("--enforce-eager")
+        return args + list(self.extra_args)
+
+
 class ReplicaSettings(Strict):
-    url: str
+    url: str = "http://inprocess"
+    """Base URL of a remote replica (not used by an in-process one)."""
     id: str | None = None
     model: str | None = None
-    kind: Literal["remote"] = "remote"
+    kind: Literal["remote", "inprocess"] = "remote"
+    vllm: VllmSettings | None = None
     block_size: int | None = Field(None, gt=0)
     api_key: str | None = None
     kv_events: KVEventSettings | None = None
@@ -55,6 +111,14 @@ class ReplicaSettings(Strict):
         if not value.startswith(("http://", "https://")):
             raise ValueError("replica url must start with http:// or https://")
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _kind_needs(self) -> "ReplicaSettings":
+        if self.kind == "inprocess" and self.vllm is None:
+            raise ValueError("an inprocess replica needs its vllm launch arguments (vllm.model)")
+        if self.kind == "remote" and self.url == "http://inprocess":
+            raise ValueError("a remote replica needs its url")
+        return self
 
 
 class ModelSettings(Strict):
