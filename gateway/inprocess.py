@@ -3,28 +3,29 @@
 Each ``kind: inprocess`` replica becomes an :class:`engine.inprocess.InProcessEngine`
 launched with its ``vllm`` arguments, plus what the gateway needs from it:
 its served name, prompt-token details in ``usage`` (cached tokens), and a
-KV-event publisher on free loopback ports — which are written back into the
-replica's settings so the precise policy follows its cache like any other.
+KV-event publisher on local IPC sockets (vLLM binds ``ipc://`` endpoints and
+only *connects* to a ``tcp://host:port`` one; IPC also keeps the stream off
+the network) — written back into the replica's settings so the precise policy
+follows its cache like any other replica's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import socket
+import tempfile
 
 from engine.inprocess import InProcessEngine
 
 from .config import KVEventSettings, ReplicaSettings, Settings
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _ipc_endpoints(replica_id: str) -> tuple[str, str]:
+    folder = tempfile.mkdtemp(prefix=f"prefixgate-kv-{replica_id}-")
+    return f"ipc://{folder}/pub", f"ipc://{folder}/replay"
 
 
-def engine_args(cfg: ReplicaSettings) -> tuple[list[str], KVEventSettings]:
+def engine_args(replica_id: str, cfg: ReplicaSettings) -> tuple[list[str], KVEventSettings]:
     assert cfg.vllm is not None
     args = cfg.vllm.to_args()
     if cfg.model and cfg.vllm.served_model_name is None:
@@ -33,9 +34,8 @@ def engine_args(cfg: ReplicaSettings) -> tuple[list[str], KVEventSettings]:
         args.append("--enable-prompt-tokens-details")
     kv = cfg.kv_events
     if kv is None and "--kv-events-config" not in args:
-        pub, replay = _free_port(), _free_port()
-        kv = KVEventSettings(endpoint=f"tcp://127.0.0.1:{pub}",
-                             replay_endpoint=f"tcp://127.0.0.1:{replay}")
+        pub, replay = _ipc_endpoints(replica_id)
+        kv = KVEventSettings(endpoint=pub, replay_endpoint=replay)
         args += ["--kv-events-config", json.dumps({
             "enable_kv_cache_events": True, "publisher": "zmq", "topic": kv.topic,
             "endpoint": kv.endpoint, "replay_endpoint": kv.replay_endpoint})]
@@ -52,7 +52,7 @@ async def start_inprocess(settings: Settings, stack: contextlib.AsyncExitStack
         if cfg.kind != "inprocess":
             replicas.append(cfg)
             continue
-        args, kv = engine_args(cfg)
+        args, kv = engine_args(replica_id, cfg)
         engine = InProcessEngine(replica_id, args)
         await engine.start()
         stack.push_async_callback(engine.aclose)

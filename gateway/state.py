@@ -21,6 +21,7 @@ from policies.types import RouteRequest
 
 from .config import Settings
 from .hashers import HasherSet
+from .lint.service import LintService
 from .metrics import GatewayMetrics
 from .ops_stats import OpsStats
 from .proxy import Outcome, Proxy
@@ -35,7 +36,7 @@ OFFLOAD_CHARS = 8192
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
-                 ops: OpsStats | None = None) -> None:
+                 ops: OpsStats | None = None, lint: LintService | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.router = router
@@ -44,6 +45,7 @@ class GatewayState:
         self.started_at = time.time()
         self.hashers = hashers
         self.ops = ops if ops is not None else OpsStats()
+        self.lint = lint
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]
@@ -65,6 +67,13 @@ class GatewayState:
             tokenized = hasher.tokenize_missing(plan)
         return hasher.finish(plan, tokenized, session_key, request_id)
 
+    async def lint_prefix(self, model: str, body: Mapping[str, Any], kind: str,
+                          tenant: str | None) -> int | None:
+        """Warnings in a chat request's stable prefix (the prompt linter); None when off."""
+        if self.lint is None or kind != "chat":
+            return None
+        return await self.lint.check(model, body, tenant)
+
     @staticmethod
     def with_model(data: dict[str, Any], model: str) -> bytes:
         return orjson.dumps({**data, "model": model})
@@ -73,7 +82,10 @@ class GatewayState:
     def predicted_cached(routed: Routed, replica_id: str) -> int:
         blocks = routed.decision.matched_blocks.get(replica_id, 0)
         request = routed.request
-        return min(blocks * request.block_size, request.prompt_tokens)
+        # vLLM always recomputes the prompt's last token, so a fully cached
+        # prompt hits one block less than it holds.
+        reusable = (max(request.prompt_tokens - 1, 0) // request.block_size) * request.block_size
+        return min(blocks * request.block_size, reusable)
 
     def record(self, model: str, routed: Routed, outcome: Outcome, started: float) -> None:
         m = self.metrics
