@@ -345,6 +345,7 @@ def replica_env(spec: ReplicaSpec, core: int) -> dict[str, str]:
     env.update(
         VLLM_CPU_KVCACHE_SPACE=str(spec.kv_cache_space_gib),
         VLLM_CPU_OMP_THREADS_BIND=str(core),
+        VLLM_HOST_IP="127.0.0.1",  # vLLM's internal queues otherwise use the host's address
         HF_HUB_OFFLINE="1",
         TRANSFORMERS_OFFLINE="1",
         VLLM_NO_USAGE_STATS="1",

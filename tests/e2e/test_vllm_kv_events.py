@@ -25,11 +25,11 @@ SPEC = ReplicaSpec(model=MODEL, max_model_len=(BLOCKS - 1) * 32, num_gpu_blocks_
 
 
 @pytest.fixture(scope="module")
-def replica() -> Iterator[LocalReplica]:
+def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalReplica]:
     missing = VllmCpuSetup.locate().missing_reason()
     if missing:
         pytest.skip(f"REAL-ENGINE TESTS SKIPPED: {missing}")
-    with running_replicas([SPEC]) as (started,):
+    with running_replicas([SPEC], log_dir=tmp_path_factory.mktemp("vllm")) as (started,):
         yield started
 
 
