@@ -41,6 +41,12 @@ event loop with ``zmq.asyncio``):
    ``reconnect_ivl``) and sends ZMTP heartbeats so a dead peer is noticed;
    socket errors close and recreate it after ``reconnect_ivl``.
 
+Known limit: a restart is recognised by the sequence going back. An engine
+that restarted and published more batches than we had seen before we
+reconnect looks like a gap instead (replay then serves the new engine's
+batches); the subscriber usually reconnects long before a restarted vLLM has
+loaded its model, so this needs a very short-lived outage.
+
 ``run()`` works until cancelled; ``start()`` + ``aclose()`` (or ``async
 with``) wrap it in a task. Nothing here blocks the loop.
 """
@@ -328,9 +334,11 @@ class KVEventSubscriber:
             )  # fmt: skip
             self._forget()
             first = missing[-1] + 1  # what follows the last hole is still worth knowing
-        for seq in range(first, live_seq):
+        for count, seq in enumerate(range(first, live_seq), start=1):
             self.stats.replayed += 1
             self._accept(seq, recovered[seq])
+            if count % 256 == 0:
+                await asyncio.sleep(0)  # a catch-up may be 10,000 batches: let others run
 
     async def _replay(
         self, context: zmq.asyncio.Context, first: int, stop: int
