@@ -83,7 +83,7 @@ def load_over_time(results: Sequence[ContenderResult], path: Path, title: str) -
         return
     columns = 2 if len(measured) > 1 else 1
     rows = (len(measured) + columns - 1) // columns
-    fig = Figure(figsize=(7 * columns / 1.4, 2.0 * rows + 0.6), dpi=100)
+    fig = Figure(figsize=(7 * columns / 1.4, 2.0 * rows + 0.6), dpi=72)
     axes = fig.subplots(rows, columns, squeeze=False, sharex=True)
     for ax, result in zip(axes.flat, measured):
         assert result.run is not None

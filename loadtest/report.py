@@ -2,7 +2,7 @@
 
 ``results.json`` holds every figure (the run's metadata, the ideal bound and,
 per contender, the full :class:`~.summary.RunSummary` or its ``unavailable``
-reason); ``requests.jsonl`` one line per request (kept out of the committed
+reason, and the load samples ``[seconds, load of replica 0, 1, ...]``); ``requests.jsonl`` one line per request (kept out of the committed
 results: it grows with the workload); ``results.md`` the table a person
 reads, one row per contender:
 
@@ -76,6 +76,8 @@ def results_document(meta: dict[str, Any], results: Sequence[ContenderResult],
             "of_bound": (summary.hit_rate / bound)
             if summary is not None and summary.hit_rate is not None and bound else None,
             "summary": summary.to_dict() if summary is not None else None,
+            "load_samples": [[round(s.at, 3), *s.load] for s in result.run.load]
+            if result.run is not None else [],
         })
     return {"meta": meta, "bound_hit_rate": bound, "contenders": contenders}
 
