@@ -1,0 +1,476 @@
+"""Find the spans of one text that are likely to change from request to request.
+
+``Detector.scan(text, now)`` returns typed hits with exact character spans:
+
+1. Fold the text (NFKC per character, ``normalize``) so full-width digits and
+   punctuation match like ASCII.
+2. Seed small windows cheaply: digit clusters (one linear scan; a bare short
+   number in prose such as "30 days" is skipped at once), and literal cue
+   words found with ``str.find``: ``@``, ``eyJ``, ``年``, relative phrases
+   (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``) and
+   counter cues (``#``, ``remaining``, ``第``). Each kind of window runs
+   only the families that can match there, and only when the characters
+   they need are present.
+3. Validate each match by parsing it (``temporal``, ``identifiers``).
+4. Longest span wins where hits overlap (ties: higher confidence, then the
+   more specific family).
+5. Compose adjacent temporal pieces: ``Monday, 30 November 2026 at 15:25 CET``
+   and ``2026年11月30日（月）15時25分`` are one timestamp.
+6. Context: after a relative phrase ("today is", "current time", "今天是") a
+   hit is nearly certain; a bare weekday or a round clock time without one
+   is left alone (a schedule, "open 9:00-17:00"), as is a time range.
+
+Parameters: ``MARGIN`` (40) characters around a digit seed; ``TOKEN_REACH``
+(300) how far a window grows to take in a whole token (ids, nonces).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from bisect import bisect_left
+from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+
+from . import temporal
+from .identifiers import Identifiers
+from .model import Hit
+from .normalize import Folder
+from .patterns import (
+    COUNTER_LITERALS,
+    CUE_LITERALS,
+    EN_NOT_NAMES,
+    JA_NOT_NAME_ENDINGS,
+    MONTHS,
+    NAME_LITERALS,
+    ZH_COMPOUND_SURNAMES,
+    ZH_HONORIFICS,
+    ZH_SURNAMES,
+    PatternSet,
+)
+
+
+def _kana(word: str) -> bool:
+    return any("\u3040" <= c <= "\u30ff" for c in word) or word in ("様", "会員", "氏名", "名前")
+
+
+MARGIN = 40
+TOKEN_REACH = 300
+TEMPORAL = frozenset({"timestamp", "date", "time", "weekday"})
+PRIORITY = {kind: rank for rank, kind in enumerate((
+    "jwt", "uuid", "ulid", "timestamp", "date", "epoch", "time", "email", "ip", "phone",
+    "request_id", "session_id", "relative_time", "counter", "name", "weekday", "nonce"))}
+CUE_CONFIDENCE = 0.97
+MAX_GAP = 12
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_=-.")
+MONTH_HEADS = frozenset(name[:3] for name in MONTHS)
+CJK_TIME_CHARS = ("点", "點", "時", "时")
+NAME_LITERALS_EN = tuple(w for w in NAME_LITERALS if w.isascii())
+NAME_LITERALS_ZH = tuple(w for w in NAME_LITERALS if not w.isascii() and not _kana(w))
+NAME_LITERALS_JA = tuple(w for w in NAME_LITERALS if not w.isascii() and _kana(w))
+COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w.isascii())
+COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
+Window = tuple[int, int]
+
+
+@dataclass(slots=True)
+class DigitWindow:
+    """A stretch of text around digit clusters, with what decides which families run."""
+
+    start: int
+    end: int
+    longest: int
+    """Longest run of digits."""
+    digits: int
+    tokenish: bool
+    """Some digits touch letters: an id, a hash, a nonce."""
+
+
+class Detector:
+    def __init__(self) -> None:
+        self.patterns = PatternSet()
+        self.ids = Identifiers()
+        self.folder = Folder()
+
+    def scan(self, text: str, now: float) -> list[Hit]:
+        if not text:
+            return []
+        folded = self.folder.fold(text)
+        t = folded.text
+        today = dt.datetime.fromtimestamp(now, dt.UTC).date()
+        hits = list(self._digit_hits(t, now, today))
+        hits.extend(self._literal_hits(t, today))
+        hits = _longest_wins(hits)
+        hits = _longest_wins(hits + list(self._adjacent_weekdays(t, hits)))
+        hits = self._context(t, self._compose(t, hits))
+        out = []
+        for hit in hits:
+            start, end = folded.to_original(hit.start, hit.end)
+            out.append(Hit(hit.kind, start, end, hit.confidence, hit.detail))
+        return out
+
+    # -- digit windows --------------------------------------------------------------------
+
+    def _digit_windows(self, t: str) -> list[DigitWindow]:
+        windows: list[DigitWindow] = []
+        n = len(t)
+        split = self.patterns.non_digits.split
+        for match in self.patterns.seed_digits.finditer(t):
+            s, e = match.span()
+            cluster = match.group()
+            if self._plain_number(t, s, e, cluster):
+                continue
+            runs = split(cluster)
+            longest, digits = max(map(len, runs)), sum(map(len, runs))
+            tokenish = (s > 0 and t[s - 1].isalpha()) or (e < n and t[e].isalpha())
+            a, b = max(0, s - MARGIN), min(n, e + MARGIN)
+            if windows and a <= windows[-1].end:
+                last = windows[-1]
+                last.end = max(last.end, b)
+                last.longest = max(last.longest, longest)
+                last.digits += digits
+                last.tokenish = last.tokenish or tokenish
+                continue
+            if s and t[s - 1] in TOKEN_CHARS:  # inside a token: take all of it in
+                low = max(0, s - TOKEN_REACH)
+                while a > low and t[a - 1] in TOKEN_CHARS:
+                    a -= 1
+            windows.append(DigitWindow(a, b, longest, digits, tokenish))
+        for window in windows:  # end where a token ends: no match is cut short by the edge
+            window.end = _token_end(t, window.end)
+        return windows
+
+    @staticmethod
+    def _plain_number(t: str, s: int, e: int, cluster: str) -> bool:
+        """A bare number in prose ("30 days", "tier 2", "Python 3.10", "v4.2"): no date,
+        time, id or address can be made of it, so there is nothing to look at."""
+        after = t[e] if e < len(t) else " "
+        if after.isalnum():
+            return False
+        if not (cluster.isdigit() and len(cluster) <= 3):
+            groups = cluster.rstrip(".").split(".")
+            if len(groups) > 3 or not all(g.isdigit() and len(g) <= 3 for g in groups):
+                return False
+        before = t[s - 1] if s else " "
+        if before in "vV" and (s < 2 or not t[s - 2].isalnum()):
+            return True  # v4.2
+        if before.isalnum() or before in "+(#$@:/-.":
+            return False
+        following = t[e:e + 16]
+        if " ago" in following or "前" in following[:6]:
+            return False  # "12 minutes ago", "3小时前"
+        if after == " " and (following[1:4].lower() in MONTH_HEADS
+                             or following[1:4].lower() in ("of ", "de ")):
+            return False
+        if before == " ":
+            words = t[max(0, s - 14):s - 1].rstrip(".,").rsplit(" ", 1)
+            if words[-1][:3].lower() in MONTH_HEADS:
+                return False
+        return True
+
+    def _digit_hits(self, t: str, now: float, today: dt.date) -> Iterator[Hit]:
+        p, ids = self.patterns, self.ids
+        for window in self._digit_windows(t):
+            a, b = window.start, window.end
+            w = t[a:b]
+            colon, dash, slash, dot = ":" in w, "-" in w, "/" in w, "." in w
+            found: list[Hit | None] = []
+            if colon and dash:
+                found += [temporal.iso_datetime(m, today) for m in p.iso_datetime.finditer(t, a, b)]
+            if dash or slash or dot:
+                found += [self._not_version(t, m, temporal.num_date(m, today))
+                          for m in p.num_date.finditer(t, a, b)]
+            if window.longest >= 8:
+                found += [temporal.compact_date(m, today) for m in p.compact_date.finditer(t, a, b)]
+            found += [temporal.month_date(m, t, today, p.month_before)
+                      for m in p.month_date.finditer(t, a, b)]
+            if "月" in w:
+                found += [temporal.cjk_date(m, t, today, p.era_before)
+                          for m in p.cjk_date.finditer(t, a, b)]
+            if colon:
+                found += [temporal.clock(m) for m in p.time.finditer(t, a, b)]
+            if any(c in w for c in CJK_TIME_CHARS):
+                found += [temporal.cjk_time(m, t, p.ampm_before) for m in p.cjk_time.finditer(t, a, b)]
+            if window.longest >= 10:
+                found += [temporal.epoch(m, now) for m in p.epoch.finditer(t, a, b)]
+            if "ago" in w or "前" in w:
+                found += [temporal.relative_time(m) for m in p.relative_time.finditer(t, a, b)]
+            if w.count("-") >= 4:
+                found += [ids.uuid(m, now) for m in p.uuid.finditer(t, a, b)]
+            if window.tokenish or window.longest >= 16:
+                found += [ids.ulid(m, now) for m in p.ulid.finditer(t, a, b)]
+                found += [ids.hex_id(m, _before(t, m.start()), p.fingerprint_before)
+                          for m in p.hex_id.finditer(t, a, b)]
+                found += [ids.nonce(m) for m in p.nonce.finditer(t, a, b)]
+            if (dash or "_" in w) and (window.tokenish or window.longest >= 6):
+                found += [self._prefixed(t, m) for m in p.prefixed_id.finditer(t, a, b)]
+            if w.count(".") >= 3:
+                found += [ids.ipv4(m, _before(t, m.start()), p.version_before)
+                          for m in p.ipv4.finditer(t, a, b)]
+            if w.count(":") >= 2:
+                found += [ids.ipv6(m) for m in p.ipv6.finditer(t, a, b)]
+            if window.digits >= 7 or "+" in w or "(" in w:
+                found += [ids.phone(m) for m in p.phone.finditer(t, a, b)]
+            if any(x in w for x in ("st ", "nd ", "rd ", "th ")):
+                found += [_group_hit(m, "n", "counter", 0.8)
+                          for m in p.counter_ordinal.finditer(t, a, b)]
+            yield from _valid(t, b, found)
+
+    def _prefixed(self, t: str, match: re.Match[str]) -> Hit | None:
+        before = self.patterns.prefix_before.search(t, max(0, match.start() - 8), match.start())
+        if before is None:
+            return None
+        hit = self.ids.prefixed_id(before["prefix"], match["body"])
+        if hit is None:
+            return None
+        return Hit(hit.kind, before.start(), match.end(), hit.confidence, hit.detail)
+
+    def _not_version(self, t: str, match: re.Match[str], hit: Hit | None) -> Hit | None:
+        if hit is not None and self.patterns.version_before.search(_before(t, match.start())):
+            return None
+        return hit
+
+    # -- literal windows ------------------------------------------------------------------
+
+    def _literal_hits(self, t: str, today: dt.date) -> Iterator[Hit]:
+        p, ids = self.patterns, self.ids
+        lowered = t.lower()
+        if len(lowered) != len(t):
+            lowered = t
+        n = len(t)
+        for a, b in _merged(_find_all(t, "@", 64, 260), n):
+            yield from _valid(t, b, [ids.email(m) for m in p.email.finditer(t, a, b)])
+        for a, b in _merged(((i, i + 12400) for i in _positions(t, "eyJ")), n):
+            yield from _valid(t, b, [ids.jwt(m) for m in p.jwt.finditer(t, a, b)])
+        numeral_years = (i for i in _positions(t, "年") if i and t[i - 1] in "〇零一二三四五六七八九")
+        for a, b in _merged(((i - 4, i + 10) for i in numeral_years), n):
+            yield from _valid(t, b, [temporal.cjk_numeral_date(m, today)
+                                     for m in p.cjk_numeral_date.finditer(t, a, b)])
+        for a, b in _merged(_find_words(lowered, NAME_LITERALS_EN, 48, 64), n):
+            yield from _valid(t, b, [self._name_en(m) for m in p.name_en.finditer(t, a, b)])
+        for a, b in _merged(_find_words(t, NAME_LITERALS_ZH, 8, 24), n):
+            yield from _valid(t, b, [self._name_zh(m) for m in p.name_zh.finditer(t, a, b)])
+        for a, b in _merged(_find_words(t, NAME_LITERALS_JA, 12, 24), n):
+            yield from _valid(t, b, [self._name_ja(m) for m in p.name_ja.finditer(t, a, b)])
+        for a, b in _merged(_find_words(lowered, COUNTER_LITERALS_EN, 48, 48), n):
+            found = [_group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
+            found += [_group_hit(m, "n", "counter", 0.7)
+                      for m in p.counter_position.finditer(t, a, b)]
+            yield from _valid(t, b, found)
+        for a, b in _merged(_find_words(t, COUNTER_LITERALS_CJK, 8, 16), n):
+            yield from _valid(t, b, [
+                _group_hit(m, next(g for g in ("n1", "n2", "n3") if m[g]), "counter", 0.85)
+                for m in p.counter_cjk.finditer(t, a, b)])
+        for a, b in _merged(_find_words(lowered, CUE_LITERALS, 0, 48), n):
+            yield from _valid(t, b, [temporal.weekday(m) for m in p.weekday.finditer(t, a, b)])
+
+    def _adjacent_weekdays(self, t: str, hits: list[Hit]) -> Iterator[Hit]:
+        """``Monday,`` before a date, ``（月）`` or ``星期一`` after one."""
+        weekday = self.patterns.weekday
+        for hit in hits:
+            if hit.kind not in ("date", "timestamp", "time"):
+                continue
+            for m in weekday.finditer(t, max(0, hit.start - 16), hit.start):
+                if not t[m.end():hit.start].strip(" ,，、"):
+                    found = temporal.weekday(m)
+                    if found:
+                        yield found
+            for m in weekday.finditer(t, hit.end, min(len(t), hit.end + 16)):
+                if not t[hit.end:m.start()].strip(" ,，、"):
+                    found = temporal.weekday(m)
+                    if found:
+                        yield found
+                break
+
+    @staticmethod
+    def _name_en(match: re.Match[str]) -> Hit | None:
+        words = match["name"].split()
+        if any(w.lower().strip("'’-") in EN_NOT_NAMES for w in words):
+            return None
+        confidence = 0.6 if match.group(0)[:4].lower() in ("name", "full") else 0.8
+        return Hit("name", match.start("name"), match.end("name"), confidence)
+
+    @staticmethod
+    def _name_zh(match: re.Match[str]) -> Hit | None:
+        group = "name" if match["name"] else "name2"
+        name, start = match[group], match.start(group)
+        for honorific in ZH_HONORIFICS:
+            name = name.removesuffix(honorific)
+        if group == "name2":  # trim leading words until a surname starts the name
+            while len(name) >= 2 and name[0] not in ZH_SURNAMES and name[:2] not in ZH_COMPOUND_SURNAMES:
+                name, start = name[1:], start + 1
+        compound = name[:2] in ZH_COMPOUND_SURNAMES
+        if len(name) < 2 or not (compound or name[0] in ZH_SURNAMES):
+            return None
+        name = name[:4] if compound else name[:3]
+        return Hit("name", start, start + len(name), 0.8)
+
+    @staticmethod
+    def _name_ja(match: re.Match[str]) -> Hit | None:
+        group = "name" if match["name"] else "name2"
+        name = match[group]
+        if name.endswith(JA_NOT_NAME_ENDINGS):
+            return None
+        return Hit("name", match.start(group), match.end(group), 0.75)
+
+    # -- composition and context ----------------------------------------------------------
+
+    def _compose(self, t: str, hits: list[Hit]) -> list[Hit]:
+        out: list[Hit] = []
+        chain: list[Hit] = []
+        for hit in hits + [Hit("", len(t) + MAX_GAP + 1, 0, 0.0)]:
+            if hit.kind in TEMPORAL and chain and self._joins(t, chain, hit):
+                chain.append(hit)
+                continue
+            if chain:
+                out.append(_merge(chain))
+                chain = []
+            if hit.kind in TEMPORAL:
+                chain = [hit]
+            elif hit.kind:
+                out.append(hit)
+        return sorted(out, key=lambda h: h.start)
+
+    def _joins(self, t: str, chain: list[Hit], hit: Hit) -> bool:
+        gap = t[chain[-1].end:hit.start]
+        if len(gap) > MAX_GAP or "\n" in gap or not self.patterns.temporal_gap.fullmatch(gap):
+            return False
+        parts = _parts(chain)
+        new = _parts([hit])
+        return not (parts & new)
+
+    def _context(self, t: str, hits: list[Hit]) -> list[Hit]:
+        out = []
+        for hit in hits:
+            cued = self._cued(t, hit.start)
+            if hit.kind in TEMPORAL or hit.kind == "epoch":
+                if hit.kind == "weekday" and not cued:
+                    continue
+                if hit.kind == "time" and not cued and (
+                        self._in_range(t, hit) or hit.detail == "round"):
+                    continue
+                if cued:
+                    hit = Hit(hit.kind, hit.start, hit.end, max(hit.confidence, CUE_CONFIDENCE),
+                              hit.detail)
+            out.append(hit)
+        return out
+
+    def _cued(self, t: str, start: int) -> bool:
+        before = t[max(0, start - 40):start]
+        last = None
+        for last in self.patterns.cue.finditer(before):
+            pass
+        return last is not None and not before[last.end():].strip(" :=,，：\t")
+
+    def _in_range(self, t: str, hit: Hit) -> bool:
+        after = t[hit.end:hit.end + 12]
+        before = t[max(0, hit.start - 12):hit.start]
+        return bool(self.patterns.time_range_after.match(after)
+                    or self.patterns.time_range_before.search(before))
+
+
+def _before(t: str, index: int) -> str:
+    return t[max(0, index - 24):index]
+
+
+def _token_end(t: str, index: int) -> int:
+    """Grow a window's end to the end of the token it cuts (a space or newline)."""
+    high = min(len(t), index + TOKEN_REACH)
+    ends = [i for i in (t.find(" ", index, high), t.find("\n", index, high)) if i >= 0]
+    return min(ends) if ends else high
+
+
+def _positions(t: str, literal: str) -> Iterator[int]:
+    index = t.find(literal)
+    while index != -1:
+        yield index
+        index = t.find(literal, index + 1)
+
+
+def _find_all(t: str, literal: str, before: int, after: int) -> Iterator[Window]:
+    for index in _positions(t, literal):
+        yield index - before, index + len(literal) + after
+
+
+def _find_words(lowered: str, literals: Iterable[str], before: int,
+                after: int) -> list[Window]:
+    """Windows around each literal; ASCII literals only where a word starts."""
+    out: list[Window] = []
+    for literal in literals:
+        word = literal[0].isascii() and literal[0].isalpha()
+        for index in _positions(lowered, literal):
+            if word and index and lowered[index - 1].isalpha():
+                continue
+            out.append((index - before, index + len(literal) + after))
+    return out
+
+
+def _merged(windows: Iterable[Window], n: int) -> list[Window]:
+    out: list[Window] = []
+    for a, b in sorted(windows):
+        a, b = max(0, a), min(n, b)
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _valid(t: str, b: int, found: Sequence[Hit | None]) -> Iterator[Hit]:
+    """Drop failed validations, and hits that end where a window cut a word."""
+    cut = b < len(t) and t[b - 1:b + 1].isalnum()
+    for hit in found:
+        if hit is not None and not (cut and hit.end == b):
+            yield hit
+
+
+def _group_hit(match: re.Match[str], group: str, kind: str, confidence: float) -> Hit:
+    return Hit(kind, match.start(group), match.end(group), confidence)
+
+
+def _parts(chain: list[Hit]) -> set[str]:
+    parts: set[str] = set()
+    for hit in chain:
+        if hit.kind == "timestamp":
+            parts |= {"date", "time"}
+        else:
+            parts.add(hit.kind)
+    return parts
+
+
+def _merge(chain: list[Hit]) -> Hit:
+    if len(chain) == 1:
+        return chain[0]
+    parts = _parts(chain)
+    kind = ("timestamp" if {"date", "time"} <= parts else
+            "date" if "date" in parts else "time" if "time" in parts else "weekday")
+    if kind == "time" and all(h.detail == "round" for h in chain if h.kind == "time"):
+        return Hit(kind, chain[0].start, chain[-1].end, chain[0].confidence, "round")
+    detail = " ".join(h.detail for h in chain if h.detail and h.detail not in ("round", "short",
+                                                                              "long", "paren"))
+    confidence = max(h.confidence for h in chain if h.kind != "weekday") if parts != {
+        "weekday"} else chain[0].confidence
+    if kind == "timestamp":
+        confidence = max(confidence, 0.9)
+    return Hit(kind, chain[0].start, chain[-1].end, confidence, detail)
+
+
+def _longest_wins(hits: list[Hit]) -> list[Hit]:
+    """Keep non-overlapping hits, longest first; ties go to confidence, then specificity."""
+    ranked = sorted(hits, key=lambda h: (-(h.end - h.start), -h.confidence,
+                                         PRIORITY.get(h.kind, 99), h.start))
+    starts: list[int] = []
+    ends: list[int] = []
+    kept: list[Hit] = []
+    for hit in ranked:
+        if hit.end <= hit.start:
+            continue
+        index = bisect_left(starts, hit.start)
+        if index > 0 and ends[index - 1] > hit.start:
+            continue
+        if index < len(starts) and starts[index] < hit.end:
+            continue
+        starts.insert(index, hit.start)
+        ends.insert(index, hit.end)
+        kept.append(hit)
+    return sorted(kept, key=lambda h: h.start)

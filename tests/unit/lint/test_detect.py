@@ -1,0 +1,80 @@
+"""The detector on its own: validation by parsing, longest span, folding, context."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.lint.detect import Detector
+
+from .corpus import NOW
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    return Detector()
+
+
+def spans(detector: Detector, text: str) -> list[tuple[str, str]]:
+    return [(h.kind, text[h.start:h.end]) for h in detector.scan(text, NOW)]
+
+
+@pytest.mark.parametrize("text", [
+    "Deadline 2026-02-30 for the report.",      # no such day
+    "Ratio 13/45/2026 in the table.",            # no such month in either order
+    "At 25:61 the job runs.",                    # no such time
+    "UUID 00000000-0000-0000-0000-000000000000 means none.",
+    "Epoch 1000000000 was in 2001.",             # far from now
+    "IP 300.1.2.3 is not an address.",
+    "ULID 7ZZZZZZZZZZZZZZZZZZZZZZZZZ is far in the future.",
+])
+def test_invalid_values_are_not_findings(detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
+
+
+def test_longest_span_wins_and_pieces_compose(detector: Detector) -> None:
+    assert spans(detector, "Now: 2026-11-30T15:25:07.123+01:00 and 30 Nov 2026 at 15:25 CET") == [
+        ("timestamp", "2026-11-30T15:25:07.123+01:00"), ("timestamp", "30 Nov 2026 at 15:25 CET")]
+
+
+def test_full_width_text_maps_back_to_original_offsets(detector: Detector) -> None:
+    text = "日時：２０２６年１１月３０日　１５時２５分です"
+    hits = detector.scan(text, NOW)
+    assert [(h.kind, text[h.start:h.end]) for h in hits] == [
+        ("timestamp", "２０２６年１１月３０日　１５時２５分")]
+
+
+def test_expanding_compatibility_characters_keep_offsets(detector: Detector) -> None:
+    text = "ﬁle ㍻ ref 2026-11-30 end"  # ligature and squared era name expand under NFKC
+    assert spans(detector, text) == [("date", "2026-11-30")]
+
+
+def test_uuid_v7_and_ulid_are_decoded(detector: Detector) -> None:
+    hits = detector.scan("ids 01a22d0f-38b0-7a3c-9f2e-4b7d1c8e0a56 01M8PGYE5GM9S346Q3D25VT4F5", NOW)
+    assert [h.kind for h in hits] == ["uuid", "ulid"]
+    assert "2026-11-30" in hits[0].detail and "2026-11-30" in hits[1].detail
+
+
+def test_relative_phrase_makes_a_bare_weekday_and_round_time_dynamic(detector: Detector) -> None:
+    assert spans(detector, "Open Monday to Friday, 9:00 to 17:00.") == []
+    assert spans(detector, "Today is Monday. The current time is 9:00.") == [
+        ("weekday", "Monday"), ("time", "9:00")]
+    assert spans(detector, "今天是星期一。毎週月曜日は休み。") == [("weekday", "星期一")]
+
+
+def test_cue_raises_confidence(detector: Detector) -> None:
+    plain = detector.scan("Meeting moved to 14:37.", NOW)[0]
+    cued = detector.scan("Current time: 14:37.", NOW)[0]
+    assert plain.confidence < cued.confidence
+
+
+def test_dates_far_from_now_are_less_certain(detector: Detector) -> None:
+    today = detector.scan("Date: 2026-11-30", NOW)[0]
+    old = detector.scan("Policy since 2019-01-01", NOW)[0]
+    assert today.confidence > 0.9 > 0.5 > old.confidence
+
+
+def test_versions_ranges_and_hotlines_are_left_alone(detector: Detector) -> None:
+    for text in ("Python 3.10.12 and Ubuntu 22.04", "Open 9:00-17:00 daily", "Call 1-800-555-0199",
+                 "Commit 9fceb02d0ae598e95dc970b74767f19372d61af8", "release v2024.11.30",
+                 "Write to support@acme.com", "127.0.0.1 and 192.0.2.14 are examples"):
+        assert spans(detector, text) == [], text
