@@ -1,0 +1,162 @@
+"""Lint one chat request: findings with JSON path, span, tokens, severity and fix.
+
+``Linter.lint(body, block_size)``:
+
+1. Every text field (``structure.text_fields``) is scanned by the detector and
+   checked for invisible Unicode; tools for unstable JSON; ``cache_salt`` for
+   a per-request value. ``field_findings`` is this step alone: cheap, no
+   tokenizer, what the gateway runs on live traffic.
+2. The request is rendered with the model's chat template; a template that
+   writes the current date is found by ``template.ClockProbe``.
+3. Every finding is placed in the rendered prompt (``layout``) and on its
+   tokens (``tokens``).
+
+Severity: ``warning`` for a likely-dynamic span (confidence >= 0.5) in the
+stable prefix (system prompt, tools, earlier turns): it ends the part of the
+prompt a later request can reuse. ``info`` in the final turn (new on every
+request anyway), for low-confidence hits, and for hygiene issues that only
+break the cache when another request differs (Unicode, key order).
+
+``cacheable_prefix_tokens`` = tokens before the first warning, and before the
+final turn, rounded down to whole KV blocks; ``..._if_fixed`` the same with
+no warning left: the tokens before the final turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.tokenizer import Renderer
+
+from .detect import Detector
+from .layout import Layout
+from .model import Finding, LintReport, Severity
+from .structure import TextField, final_start, text_fields, tool_findings, unicode_findings
+from .suggest import suggestion
+from .template import ClockProbe, TemplateSource
+from .tokens import PromptTokens, TokenMap
+
+WARN_CONFIDENCE = 0.5
+SALT_KINDS = frozenset({"uuid", "ulid", "request_id", "session_id", "nonce", "timestamp", "epoch"})
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """A linted request and what it was linted from (the batch compares these)."""
+
+    body: Mapping[str, Any]
+    fields: list[TextField]
+    rendered: str
+    layout: Layout
+    prompt: PromptTokens
+    stable_tokens: int
+    """Tokens before the final turn."""
+    report: LintReport
+
+
+def severity(region: str, confidence: float) -> Severity:
+    return "warning" if region != "final" and confidence >= WARN_CONFIDENCE else "info"
+
+
+def floor_blocks(tokens: int, block_size: int) -> int:
+    return tokens - tokens % block_size if block_size > 0 else tokens
+
+
+class FieldLinter:
+    """Step 1 alone: text and request shape, no tokenizer (what runs on live traffic)."""
+
+    def __init__(self, detector: Detector) -> None:
+        self.detector = detector
+
+    def field_findings(self, field: TextField, now: float) -> list[Finding]:
+        out = [Finding(hit.kind, field.text[hit.start:hit.end], field.path, hit.start, hit.end,
+                       severity(field.region, hit.confidence), hit.confidence,
+                       suggestion(hit.kind, field.region), detail=hit.detail)
+               for hit in self.detector.scan(field.text, now)]
+        out.extend(unicode_findings(field))
+        return out
+
+    def request_findings(self, body: Mapping[str, Any], now: float) -> list[Finding]:
+        """Findings about the request as a whole: tools' JSON, the cache salt."""
+        out = tool_findings(body.get("tools"))
+        salt = body.get("cache_salt")
+        if isinstance(salt, str) and salt:
+            kinds = {h.kind for h in self.detector.scan(salt, now)}
+            if kinds & SALT_KINDS or self.detector.ids.looks_random(salt, 12):
+                out.append(Finding("cache_salt", salt, "cache_salt", 0, len(salt), "warning", 0.6,
+                                   suggestion("cache_salt", "system"), token_start=0,
+                                   detail="looks unique per request"))
+        return out
+
+
+class Linter(FieldLinter):
+    def __init__(self, model: str, renderer: Renderer | None, tokens: TokenMap,
+                 template: TemplateSource, detector: Detector, probe: ClockProbe,
+                 clock: Callable[[], float] = time.time) -> None:
+        super().__init__(detector)
+        self.model = model
+        self.renderer = renderer
+        self.tokens = tokens
+        self.template = template
+        self.probe = probe
+        self.clock = clock
+
+    # -- all steps ------------------------------------------------------------------------------
+
+    def lint(self, body: Mapping[str, Any], block_size: int) -> LintReport:
+        """Raises ``engine.tokenizer.RenderError`` when the request cannot be rendered."""
+        return self.analyze(body, block_size).report
+
+    def analyze(self, body: Mapping[str, Any], block_size: int) -> Analysis:
+        now = self.clock()
+        fields = text_fields(body)
+        messages = body.get("messages") or []
+        rendered = self.renderer.render_chat(body) if self.renderer else ""
+        layout = Layout(rendered, body, self.renderer)
+        prompt = self.tokens.index(rendered)
+        findings: list[Finding] = []
+        for field in fields:
+            for finding in self.field_findings(field, now):
+                offset = layout.place(field, finding.start)
+                token = prompt.token_at(offset) if offset is not None else None
+                findings.append(_with_token(finding, token))
+        findings.extend(_with_token(f, 0 if f.kind == "cache_salt" else None)
+                        for f in self.request_findings(body, now))
+        span = self.probe.injected_span(self.template, body, rendered) if rendered else None
+        if span is not None:
+            findings.append(Finding(
+                "template_dynamic", rendered[span[0]:span[1]], "chat_template", span[0], span[1],
+                "warning", 0.95, suggestion("template_dynamic", "system"),
+                token_start=prompt.token_at(span[0]),
+                detail="the chat template fills this from the clock (strftime_now)"))
+        stable_tokens = prompt.token_at(layout.final_offset(final_start(messages), messages))
+        if not rendered:
+            stable_tokens = 0
+        stable_tokens = min(stable_tokens, prompt.total)
+        if 0 < stable_tokens < block_size:
+            findings.append(Finding(
+                "short_prefix", "", "messages", 0, 0, "info", 1.0,
+                suggestion("short_prefix", "system"), token_start=0,
+                detail=f"{stable_tokens} stable tokens < block size {block_size}"))
+        report = make_report(self.model, block_size, prompt.total, stable_tokens, findings)
+        return Analysis(body, fields, rendered, layout, prompt, stable_tokens, report)
+
+
+def make_report(model: str, block_size: int, prompt_tokens: int, stable_tokens: int,
+                findings: list[Finding]) -> LintReport:
+    first_warning = min((f.token_start if f.token_start is not None else stable_tokens
+                         for f in findings if f.severity == "warning"), default=stable_tokens)
+    ordered = sorted(findings, key=lambda f: (
+        f.token_start if f.token_start is not None else 1 << 62, f.path, f.start))
+    return LintReport(
+        model=model, block_size=block_size, prompt_tokens=prompt_tokens,
+        cacheable_prefix_tokens=floor_blocks(min(first_warning, stable_tokens), block_size),
+        cacheable_prefix_tokens_if_fixed=floor_blocks(stable_tokens, block_size),
+        findings=tuple(ordered))
+
+
+def _with_token(finding: Finding, token: int | None) -> Finding:
+    return replace(finding, token_start=token)

@@ -1,0 +1,197 @@
+"""One request linted end to end on the real Qwen tokenizer: paths, tokens, severity, fixes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from gateway.lint.linter import Linter
+from gateway.lint.tokens import ByteEncoder, TokenMap
+from gateway.lint.detect import Detector
+from gateway.lint.template import ClockProbe, TemplateSource
+from engine.tokenizer import ByteRenderer
+from gateway.prefix import PromptHasher
+
+from .corpus import NOW
+
+BLOCK = 16
+SYSTEM = ("You are the support assistant of Acme Corp. Answer in English, be concise and never "
+          "promise refunds outside the policy. " * 6
+          + "Current time: 2026-11-30 15:25:07 UTC. Escalate anything about invoices.")
+TOOLS = [{"type": "function", "function": {
+    "name": "get_order", "description": "Look up an order. Orders placed before 2026-11-30 are "
+                                        "archived.",
+    "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
+                   "required": ["order_id"]}}}]
+
+
+def chat(system: str = SYSTEM, final: str = "Where is my order? I'm bob.jones@gmail.com",
+         tools: list[dict[str, Any]] = TOOLS, **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": "Hi, I need help."},
+                         {"role": "assistant", "content": "Sure, what is it about?"},
+                         {"role": "user", "content": final}], "tools": tools, **extra}
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_findings_have_path_span_severity_and_fix(linter: Linter) -> None:
+    report = linter.lint(chat(), BLOCK)
+    by_kind = {f.kind: f for f in report.findings}
+    stamp = by_kind["timestamp"]
+    assert stamp.path == "messages[0].content"
+    assert SYSTEM[stamp.start:stamp.end] == stamp.text == "2026-11-30 15:25:07 UTC"
+    assert stamp.severity == "warning" and "last user message" in stamp.suggestion
+    date = by_kind["date"]
+    assert date.path == "tools[0].function.description" and date.severity == "warning"
+    email = by_kind["email"]
+    assert email.path == "messages[3].content" and email.severity == "info"
+    assert "costs no cache" in email.suggestion
+    assert report.warnings == 2
+
+
+def test_token_positions_match_the_model_tokenizer(linter: Linter, hasher: PromptHasher) -> None:
+    body = chat()
+    report = linter.lint(body, BLOCK)
+    ids = hasher.token_ids("qwen", body, "chat")
+    assert report.prompt_tokens == len(ids)
+    # The first token a new timestamp changes, as the tokenizer itself sees it.
+    moved = chat(system=SYSTEM.replace("2026-11-30 15:25:07", "1999-01-01 00:00:00"))
+    changed_at = first_difference(ids, hasher.token_ids("qwen", moved, "chat"))
+    stamp = next(f for f in report.findings if f.kind == "timestamp")
+    assert stamp.token_start == changed_at
+    assert report.cacheable_prefix_tokens == changed_at - changed_at % BLOCK
+    # Fixed, everything before the final user turn is reusable.
+    other_final = hasher.token_ids("qwen", chat(final="Xyz"), "chat")
+    stable = first_difference(ids, other_final)
+    assert report.cacheable_prefix_tokens_if_fixed == stable - stable % BLOCK
+    assert report.cacheable_prefix_tokens < report.cacheable_prefix_tokens_if_fixed
+
+
+def test_tool_finding_token_matches_the_tokenizer(linter: Linter, hasher: PromptHasher) -> None:
+    body = chat(system="You are helpful and precise. " * 10)
+    report = linter.lint(body, BLOCK)
+    date = next(f for f in report.findings if f.kind == "date")
+    moved = copy.deepcopy(body)
+    moved["tools"][0]["function"]["description"] = TOOLS[0]["function"]["description"].replace(
+        "2026-11-30", "1999-01-01")
+    ids = hasher.token_ids("qwen", body, "chat")
+    assert date.token_start == first_difference(ids, hasher.token_ids("qwen", moved, "chat"))
+    assert report.cacheable_prefix_tokens == date.token_start - date.token_start % BLOCK
+
+
+def test_clean_prompt_is_cacheable_up_to_the_final_turn(linter: Linter) -> None:
+    report = linter.lint(chat(system="You are helpful. " * 20, final="hello", tools=[]), BLOCK)
+    assert report.warnings == 0
+    assert report.cacheable_prefix_tokens == report.cacheable_prefix_tokens_if_fixed > 0
+
+
+def test_unique_cache_salt_means_nothing_is_reusable(linter: Linter) -> None:
+    report = linter.lint(chat(cache_salt="3f2504e0-4f89-41d3-9a0c-0305e82c3301"), BLOCK)
+    salt = next(f for f in report.findings if f.kind == "cache_salt")
+    assert salt.severity == "warning" and salt.token_start == 0
+    assert report.cacheable_prefix_tokens == 0
+    assert not any(f.kind == "cache_salt" for f in linter.lint(
+        chat(cache_salt="tenant-acme"), BLOCK).findings)
+
+
+def test_invisible_unicode_and_tool_key_order(linter: Linter) -> None:
+    tools = [{"type": "function", "function": {"name": "a", "description": "x",
+                                               "parameters": {"type": "object"}}},
+             {"function": {"parameters": {"type": "object"}, "name": "b", "description": "y"},
+              "type": "function"}]
+    body = {"messages": [{"role": "system",
+                          "content": "\ufeffRules:\r\nBe\u00a0kind. \nNo\u200bspam. Cafe\u0301."},
+                         {"role": "user", "content": "hi"}], "tools": tools}
+    report = linter.lint(body, BLOCK)
+    problems = {f.detail.split(" (")[0] for f in report.findings if f.kind == "unicode"}
+    assert {"a byte-order mark starts the text", "zero-width character U+200B",
+            "no-break space U+00A0", "CRLF line endings", "trailing spaces before a newline",
+            "text is not in NFC"} <= problems
+    assert all(f.severity == "info" for f in report.findings if f.kind == "unicode")
+    unstable = [f for f in report.findings if f.kind == "unstable_json"]
+    assert [f.path for f in unstable] == ["tools[1]"]
+
+
+def test_short_stable_prefix_is_reported(linter: Linter) -> None:
+    report = linter.lint({"messages": [{"role": "system", "content": "Hi."},
+                                       {"role": "user", "content": "hello there"}]}, 64)
+    assert [f.kind for f in report.findings] == ["short_prefix"]
+    assert report.cacheable_prefix_tokens_if_fixed == 0
+
+
+def test_byte_fallback_lints_without_a_tokenizer() -> None:
+    linter = Linter("m", ByteRenderer(), TokenMap(ByteEncoder()), TemplateSource(None),
+                    Detector(), ClockProbe(), clock=lambda: NOW)
+    body = {"messages": [{"role": "system", "content": "Now: 2026-11-30 15:25:07. Be brief."},
+                         {"role": "user", "content": "hi"}]}
+    report = linter.lint(body, 4)
+    stamp = report.findings[0]
+    rendered = ByteRenderer().render_chat(body)
+    assert stamp.token_start == len(rendered[:rendered.index("2026")].encode())
+    assert report.prompt_tokens == len(rendered.encode())
+
+
+def long_request(tokens_wanted: int, hasher: PromptHasher) -> dict[str, Any]:
+    """A realistic long prompt: policy text in English and Chinese, tools, history."""
+    english = ("Refunds are accepted within 30 days of delivery when the item is unused. Agents "
+               "verify the customer's identity first, then check the order in the billing system "
+               "(v4.2). Escalate HTTP 500 errors to tier 2. Never promise delivery dates. ")
+    chinese = "请使用礼貌的语气回答用户的问题。退款须在收到商品后三十天内申请，客服热线为 400-820-8820。"
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Tool {i}: looks up records of type {i}.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string"},
+                                                        "limit": {"type": "integer"}}}}}
+        for i in range(12)]
+    paragraphs = []
+    body: dict[str, Any] = {}
+    while True:
+        paragraphs.append(english if len(paragraphs) % 3 else chinese)
+        if len(paragraphs) % 40 == 0:
+            system = "\n".join(paragraphs) + "\nCurrent time: 2026-11-30 15:25:07 UTC."
+            body = {"messages": [{"role": "system", "content": system},
+                                 {"role": "user", "content": "Order 48213 is late."},
+                                 {"role": "assistant", "content": "Let me check that."},
+                                 {"role": "user", "content": "Thanks, my name is Bob."}],
+                    "tools": tools}
+            if len(hasher.token_ids("m", body, "chat")) >= tokens_wanted:
+                return body
+
+
+def test_lint_of_a_32k_token_prompt(linter: Linter, hasher: PromptHasher) -> None:
+    body = long_request(32_000, hasher)
+    cold_started = time.perf_counter()
+    report = linter.lint(body, BLOCK)
+    cold = time.perf_counter() - cold_started
+    warm_times = []
+    cpu_started = time.process_time()
+    for _ in range(5):
+        started = time.perf_counter()
+        linter.lint(body, BLOCK)
+        warm_times.append(time.perf_counter() - started)
+    cpu = (time.process_time() - cpu_started) / 5
+    detect_started = time.perf_counter()
+    for message in body["messages"]:
+        linter.detector.scan(message["content"], NOW)
+    detect = time.perf_counter() - detect_started
+    print(f"\nlint of {report.prompt_tokens} tokens: cold {cold * 1000:.1f} ms (tokenizer included), "
+          f"warm {min(warm_times) * 1000:.1f} ms, detection alone {detect * 1000:.1f} ms")
+    assert report.prompt_tokens >= 32_000
+    assert [f.kind for f in report.findings if f.severity == "warning"] == ["timestamp"]
+    assert cpu < 1.0  # a catastrophic-regression guard, not a speed claim
+
+
+def test_report_json_shape(linter: Linter) -> None:
+    data = json.loads(json.dumps(linter.lint(chat(), BLOCK).to_json()))
+    assert data["object"] == "prompt.lint"
+    assert set(data) >= {"prompt_tokens", "cacheable_prefix_tokens",
+                         "cacheable_prefix_tokens_if_fixed", "findings", "warnings"}
+    assert set(data["findings"][0]) >= {"kind", "text", "path", "start", "end", "token_start",
+                                        "severity", "confidence", "suggestion"}
