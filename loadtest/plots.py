@@ -27,6 +27,14 @@ def _measured(results: Sequence[ContenderResult]) -> list[ContenderResult]:
     return [r for r in results if r.run is not None]
 
 
+_STYLES = {"prefixgate": "-", "vllm-router": "--", "sglang-router": ":", "direct": "-."}
+
+
+def _style(name: str) -> str:
+    """One line style per kind of contender, so 10+ lines stay tellable apart."""
+    return _STYLES.get(name.partition(":")[0], "-")
+
+
 def ttft_cdf(results: Sequence[ContenderResult], path: Path, title: str) -> None:
     fig = Figure(figsize=(7, 4.2), dpi=100)
     ax = fig.subplots()
@@ -36,7 +44,8 @@ def ttft_cdf(results: Sequence[ContenderResult], path: Path, title: str) -> None
         if not values:
             continue
         ys = [(i + 1) / len(values) for i in range(len(values))]
-        ax.step(values, ys, where="post", label=result.name, linewidth=1.2)
+        ax.step(values, ys, where="post", label=result.name, linewidth=1.2,
+                linestyle=_style(result.name))
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.xaxis.set_minor_formatter(NullFormatter())
