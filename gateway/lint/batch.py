@@ -1,0 +1,252 @@
+"""Lint many requests of one app together: what really varies between them.
+
+``BatchLinter.lint(bodies, block_size)`` lints each request alone, then groups
+them the way the gateway groups live traffic (model, tenant, template shape:
+the leading system messages and the set of tool names) and compares each
+group's stable prefix — system/developer messages and tool strings — field
+by field (``variance``):
+
+* the spans that differ become ``varying`` spans of the group, and a warning
+  in every request where no pattern already covered them;
+* pattern hits on text that is the same in every request (a fixed date in a
+  policy text) drop to ``info``; hits on varying text are confirmed;
+* the requests' rendered prompts give the group's common prefix in tokens;
+* tool order that changes between requests, tool JSON that differs only in
+  key order, fields that differ only in invisible characters and a
+  ``cache_salt`` unique per request are group findings.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from .linter import Analysis, Linter, floor_blocks, make_report
+from .model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
+from .structure import TextField, leading_system, message_text, tool_names
+from .suggest import suggestion
+from .textdiff import common_prefix
+from .variance import Atomizer, Variance
+
+EXAMPLES = 5
+
+
+def shape_of(body: Mapping[str, Any]) -> str:
+    messages = body.get("messages") or []
+    names = sorted(n for n in tool_names(body.get("tools")) if n)
+    return f"{leading_system(messages)} system; tools: {','.join(names) or '-'}"
+
+
+def invisible_fold(text: str) -> str:
+    """Text as a reader sees it: NFC, no zero-width characters, plain spaces, LF, no
+    trailing spaces."""
+    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").lstrip("\ufeff"))
+    for char in ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"):
+        text = text.replace(char, "")
+    for char in ("\u00a0", "\u202f", "\u2007"):
+        text = text.replace(char, " ")
+    return "\n".join(line.rstrip(" \t") for line in text.split("\n"))
+
+
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One field of the stable prefix across a group's requests."""
+
+    key: str
+    paths: list[str]
+    texts: list[str]
+
+
+class BatchLinter:
+    def __init__(self, linter: Linter, atomizer: Atomizer) -> None:
+        self.linter = linter
+        self.atomizer = atomizer
+
+    def lint(self, bodies: Sequence[Mapping[str, Any]], block_size: int) -> BatchReport:
+        analyses = [self.linter.analyze(body, block_size) for body in bodies]
+        groups: dict[tuple[str, str], list[int]] = {}
+        for index, body in enumerate(bodies):
+            tenant = str(body.get("user") or "")
+            groups.setdefault((tenant, shape_of(body)), []).append(index)
+        findings: list[list[Finding]] = [list(a.report.findings) for a in analyses]
+        reports = []
+        for (_, shape), members in groups.items():
+            reports.append(self._group(shape, members, analyses, findings, block_size))
+        final = tuple(make_report(a.report.model, block_size, a.prompt.total, a.stable_tokens,
+                                  findings[i]) for i, a in enumerate(analyses))
+        return BatchReport(final, tuple(reports))
+
+    # -- one group -----------------------------------------------------------------------------
+
+    def _group(self, shape: str, members: list[int], analyses: list[Analysis],
+               findings: list[list[Finding]], block_size: int) -> GroupReport:
+        group = [analyses[i] for i in members]
+        n = len(members)
+        common = min((common_prefix(group[0].rendered, a.rendered) for a in group[1:]),
+                     default=len(group[0].rendered))
+        common_tokens = min(group[0].prompt.token_at(common), group[0].prompt.total)
+        varying: list[VaryingSpan] = []
+        group_findings = self._shape_findings(group)
+        if n >= 2:
+            for compared in self._compared(group):
+                if len(set(compared.texts)) == 1:
+                    for i in members:
+                        findings[i] = [_demote(f, n) if _on(f, compared, members.index(i)) else f
+                                       for f in findings[i]]
+                    continue
+                if len({invisible_fold(t) for t in compared.texts}) == 1:
+                    group_findings.append(Finding(
+                        "unicode", "", compared.paths[0], 0, 0, "warning", 0.9,
+                        suggestion("unicode", "system", "varies"),
+                        detail="the text differs between requests only in invisible characters"))
+                    continue
+                varying.extend(self._vary(compared, members, analyses, findings))
+        return GroupReport(tuple(members), shape, common_tokens,
+                           floor_blocks(common_tokens, block_size), tuple(varying),
+                           tuple(group_findings))
+
+    def _compared(self, group: list[Analysis]) -> list[Compared]:
+        by_key: list[dict[str, tuple[str, str]]] = []
+        for analysis in group:
+            keyed: dict[str, tuple[str, str]] = {}
+            messages = analysis.body.get("messages") or []
+            for index in range(leading_system(messages)):
+                keyed[f"system{index}"] = (f"messages[{index}].content",
+                                           message_text(messages[index]))
+            names = tool_names(analysis.body.get("tools"))
+            for field in analysis.fields:
+                if field.region == "tools" and field.tool is not None:
+                    inner = field.path.split("]", 1)[1]
+                    keyed[f"tool:{names[field.tool]}{inner}"] = (field.path, field.text)
+            by_key.append(keyed)
+        out = []
+        for key in by_key[0]:
+            if all(key in keyed for keyed in by_key):
+                out.append(Compared(key, [k[key][0] for k in by_key], [k[key][1] for k in by_key]))
+        return out
+
+    def _vary(self, compared: Compared, members: list[int], analyses: list[Analysis],
+              findings: list[list[Finding]]) -> list[VaryingSpan]:
+        variance = Variance(self.atomizer, compared.texts[0])
+        alignments = [variance.align(compared.texts[0])]
+        alignments += [variance.observe(text) for text in compared.texts[1:]]
+        slots = variance.slots()
+        out = []
+        for slot in slots:
+            spans = [variance.value(a, slot) for a in alignments]
+            values = [a.text[s:e] for a, (s, e) in zip(alignments, spans)]
+            kind = self._kind(values)
+            distinct = list(dict.fromkeys(values))
+            field = _field(analyses[members[0]], compared.paths[0])
+            offset = analyses[members[0]].layout.place(field, slot[0]) if field else None
+            token = analyses[members[0]].prompt.token_at(offset) if offset is not None else None
+            out.append(VaryingSpan(compared.paths[0], slot[0], slot[1],
+                                   compared.texts[0][slot[0]:slot[1]], kind, len(distinct),
+                                   tuple(distinct[:EXAMPLES]), token))
+            for position, index in enumerate(members):
+                self._mark(index, compared.paths[position], spans[position], values[position],
+                           kind, len(distinct), len(members), analyses, findings)
+        for position, index in enumerate(members):
+            path, alignment = compared.paths[position], alignments[position]
+            findings[index] = [
+                _demote(f, len(members)) if (f.path == path and f.kind not in STRUCTURE_KINDS
+                                             and variance.is_stable(alignment, f.start, f.end))
+                else f for f in findings[index]]
+        return out
+
+    def _mark(self, index: int, path: str, span: tuple[int, int], value: str, kind: str,
+              distinct: int, n: int, analyses: list[Analysis],
+              findings: list[list[Finding]]) -> None:
+        """Confirm the pattern hits on a varying span; add a warning where none covered it."""
+        start, end = span
+        covered = False
+        updated = []
+        for f in findings[index]:
+            if f.path == path and f.start < end and f.end > start and f.kind not in STRUCTURE_KINDS:
+                covered = True
+                f = replace(f, confidence=1.0, severity="warning")
+            updated.append(f)
+        if not covered and end > start:
+            analysis = analyses[index]
+            field = _field(analysis, path)
+            offset = analysis.layout.place(field, start) if field else None
+            token = analysis.prompt.token_at(offset) if offset is not None else None
+            finding_kind = kind if kind in ("name", "counter") else "text"
+            updated.append(Finding(
+                finding_kind, value, path, start, end,
+                "info" if field is not None and field.region == "final" else "warning", 1.0,
+                suggestion(finding_kind, "system"), token,
+                detail=f"varies across {n} requests of this app ({distinct} distinct values)"))
+        findings[index] = updated
+
+    def _kind(self, values: list[str]) -> str:
+        present = [v for v in values if v]
+        if present and all(v.replace(",", "").replace(".", "").isdigit() for v in present):
+            return "counter"
+        now = self.linter.clock()
+        kinds = []
+        for value in present:
+            hits = self.linter.detector.scan(value, now)
+            best = max(hits, key=lambda h: h.end - h.start, default=None)
+            kinds.append(best.kind if best and (best.end - best.start) * 2 >= len(value) else "")
+        if kinds and len(set(kinds)) == 1 and kinds[0]:
+            return kinds[0]
+        distinct = len(set(present))
+        if distinct <= max(3, len(present) // 4):
+            return "text"
+        if all(w[:1].isupper() for v in present for w in v.split()) and all(
+                len(v.split()) <= 4 for v in present):
+            return "name"
+        return "text"
+
+    @staticmethod
+    def _shape_findings(group: list[Analysis]) -> list[Finding]:
+        out: list[Finding] = []
+        if len(group) < 2:
+            return out
+        orders = [tool_names(a.body.get("tools")) for a in group]
+        if len(set(orders)) > 1:
+            out.append(Finding("tool_order", ", ".join(orders[0]), "tools", 0, 0, "warning", 1.0,
+                               suggestion("tool_order", "tools"),
+                               detail=f"{len(set(orders))} different tool orders in "
+                                      f"{len(group)} requests"))
+        by_name: dict[str, set[bytes]] = {}
+        canonical: dict[str, set[bytes]] = {}
+        for analysis in group:
+            for tool in analysis.body.get("tools") or []:
+                name = tool_names([tool])[0]
+                by_name.setdefault(name, set()).add(orjson.dumps(tool))
+                canonical.setdefault(name, set()).add(orjson.dumps(tool, option=orjson.OPT_SORT_KEYS))
+        for name, forms in by_name.items():
+            if len(forms) > 1 and len(canonical[name]) == 1:
+                index = tool_names(group[0].body.get("tools")).index(name)
+                out.append(Finding("unstable_json", name, f"tools[{index}]", 0, 0, "warning", 1.0,
+                                   suggestion("unstable_json", "tools"),
+                                   detail=f"tool {name!r} is sent with {len(forms)} different "
+                                          "key orders"))
+        salts = [a.body.get("cache_salt") for a in group]
+        if all(isinstance(s, str) for s in salts) and len(set(salts)) == len(salts):
+            out.append(Finding("cache_salt", str(salts[0]), "cache_salt", 0, len(str(salts[0])),
+                               "warning", 1.0, suggestion("cache_salt", "system"), 0,
+                               detail=f"a different cache_salt on each of {len(salts)} requests"))
+        return out
+
+
+def _field(analysis: Analysis, path: str) -> TextField | None:
+    return next((f for f in analysis.fields if f.path == path), None)
+
+
+def _on(finding: Finding, compared: Compared, position: int) -> bool:
+    return finding.path == compared.paths[position] and finding.kind not in STRUCTURE_KINDS
+
+
+def _demote(finding: Finding, n: int) -> Finding:
+    if finding.severity != "warning":
+        return finding
+    return replace(finding, severity="info", confidence=min(finding.confidence, 0.3),
+                   detail=(finding.detail + "; " if finding.detail else "")
+                   + f"the same in all {n} requests of this app: it does not break the cache")

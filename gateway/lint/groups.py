@@ -1,0 +1,170 @@
+"""What the gateway learns about one app's live traffic: a group.
+
+A group is one model + one tenant (a hash of the API key, or ``user``) + one
+template shape (leading system messages, set of tool names). Its stable
+prefix text is the system messages and tool strings, joined. Each group
+keeps, memory-bounded:
+
+* a ``Variance`` (which spans of that text vary: names, tiers, counters),
+  reset when the prefix drifts so it learns the new template;
+* a ``DriftTracker``;
+* the last few prefix texts (to show examples of varying spans), the last
+  cache salts and the first tool order seen.
+
+``GroupTable`` holds at most ``max_groups`` groups, forgetting the least
+recently seen. Each group has its own lock: the gateway's event loop never
+waits for a worker thread aligning a long prefix, it skips learning from
+that one request instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+import xxhash
+
+from .drift import Drift, DriftSettings, DriftTracker
+from .structure import TextField
+from .variance import Alignment, Atomizer, Variance
+
+SEPARATOR = "\x1e"
+RECENT_TEXTS = 4
+RECENT_SALTS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """A request's stable prefix text and where each field sits in it."""
+
+    text: str
+    segments: tuple[tuple[int, TextField], ...]
+
+    @staticmethod
+    def of(fields: list[TextField], max_chars: int) -> Prefix:
+        parts: list[str] = []
+        segments: list[tuple[int, TextField]] = []
+        offset = 0
+        for field in fields:
+            if field.region not in ("system", "tools"):
+                continue
+            segments.append((offset, field))
+            parts.append(field.text)
+            offset += len(field.text) + len(SEPARATOR)
+        return Prefix(SEPARATOR.join(parts)[:max_chars], tuple(segments))
+
+    def offset_of(self, path: str) -> int | None:
+        return next((offset for offset, field in self.segments if field.path == path), None)
+
+    def path_at(self, offset: int) -> str:
+        path = "messages"
+        for start, field in self.segments:
+            if start > offset:
+                break
+            path = field.path
+        return path
+
+
+@dataclass(slots=True)
+class Observation:
+    alignment: Alignment | None
+    drift: Drift | None
+    stable_known: bool
+    """Enough requests seen to call a span stable."""
+    salt_unique: bool
+    order_changed: bool
+
+
+class Group:
+    def __init__(self, group_id: str, model: str, shape: str, atomizer: Atomizer,
+                 drift: DriftSettings, max_chars: int) -> None:
+        self.id = group_id
+        self.model = model
+        self.shape = shape
+        self.atomizer = atomizer
+        self.max_chars = max_chars
+        self.lock = threading.Lock()
+        self.seen = 0
+        self.learned = 0
+        """Requests since the variance was (re)started."""
+        self.variance: Variance | None = None
+        self.last_hash: int | None = None
+        self.last_alignment: Alignment | None = None
+        self.tracker = DriftTracker(drift)
+        self.recent: deque[str] = deque(maxlen=RECENT_TEXTS)
+        self.salts: deque[str] = deque(maxlen=RECENT_SALTS)
+        self.tool_order: tuple[str, ...] | None = None
+
+    def observe(self, prefix: Prefix, salt: str | None, order: tuple[str, ...],
+                min_seen: int) -> Observation:
+        text = prefix.text
+        digest = xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+        if self.variance is None:
+            self.variance = Variance(self.atomizer, text, self.max_chars)
+            alignment = self.variance.align(text)
+        elif digest == self.last_hash and self.last_alignment is not None:
+            alignment = self.last_alignment
+        else:
+            alignment = self.variance.observe(text)
+        drift = self.tracker.observe(text)
+        self.learned += 1
+        if drift is not None:  # learn the new template from here on
+            self.variance = Variance(self.atomizer, text, self.max_chars)
+            alignment = self.variance.align(text)
+            self.learned = 1
+        if digest != self.last_hash:
+            self.recent.append(text)
+        self.last_hash, self.last_alignment = digest, alignment
+        self.seen += 1
+        salt_unique = False
+        if salt is not None:
+            self.salts.append(salt)
+            salt_unique = len(self.salts) >= 4 and len(set(self.salts)) == len(self.salts)
+        if self.tool_order is None:
+            self.tool_order = order
+        order_changed = order != self.tool_order
+        return Observation(alignment, drift, self.learned >= min_seen, salt_unique, order_changed)
+
+    def varying(self) -> list[dict[str, object]]:
+        """The spans learned to vary, with examples from the last prefixes seen."""
+        variance = self.variance
+        if variance is None:
+            return []
+        alignments = [variance.align(text) for text in self.recent]
+        out = []
+        for slot in variance.slots():
+            values = list(dict.fromkeys(a.text[s:e] for a in alignments
+                                        for s, e in [variance.value(a, slot)]))
+            out.append({"offset": slot[0], "text": variance.reference[slot[0]:slot[1]],
+                        "examples": values[:5]})
+        return out
+
+
+class GroupTable:
+    def __init__(self, atomizer: Atomizer, drift: DriftSettings, max_groups: int,
+                 max_chars: int) -> None:
+        self.atomizer = atomizer
+        self.drift = drift
+        self.max_groups = max_groups
+        self.max_chars = max_chars
+        self._groups: OrderedDict[tuple[str, str, str], Group] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, model: str, tenant: str, shape: str) -> Group:
+        key = (model, tenant, shape)
+        with self._lock:
+            group = self._groups.get(key)
+            if group is None:
+                group_id = xxhash.xxh3_64_hexdigest("\x00".join(key).encode())[:12]
+                group = Group(group_id, model, shape, self.atomizer, self.drift, self.max_chars)
+                self._groups[key] = group
+                while len(self._groups) > self.max_groups:
+                    self._groups.popitem(last=False)
+            else:
+                self._groups.move_to_end(key)
+            return group
+
+    def snapshot(self) -> list[Group]:
+        with self._lock:
+            return list(reversed(self._groups.values()))
