@@ -66,6 +66,8 @@ def build_router(state: GatewayState) -> APIRouter:
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         session_key = request.headers.get("x-session-id") or body.user
         route_request = await state.describe(model, data, kind, session_key, request_id)
+        lint_warnings = await state.lint_prefix(
+            model, data, kind, request.headers.get("authorization") or body.user)
         routed = state.router.decide(route_request)
         headers = {"x-request-id": request_id}
         for name in ("authorization", "traceparent", "tracestate"):
@@ -82,6 +84,7 @@ def build_router(state: GatewayState) -> APIRouter:
                 "x-prefixgate-replica": replica_id,
                 "x-request-id": request_id,
                 "x-prefixgate-matched-tokens": str(state.predicted_cached(routed, replica_id)),
+                **({"x-prefixgate-lint": str(lint_warnings)} if lint_warnings is not None else {}),
             }
 
         return await state.proxy.forward(

@@ -23,6 +23,9 @@ from policies.registry import default_registry
 
 from . import errors
 from .hashers import HasherSet
+from .lint.ops import dashboard_feeds
+from .lint.service import LintService
+from .lint_api import build_lint_router
 from .inprocess import start_inprocess
 from .kv_feed import KVFeed
 from .api import build_router
@@ -88,8 +91,10 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         proxy = Proxy(pool, metrics, settings.max_attempts)
         hashers = HasherSet(settings.models)
         ops = OpsStats()
-        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops)
+        lint = LintService(hashers, settings.models, metrics)
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops, lint=lint)
         ops_view = OpsView(pool, policy, ops)
+        ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         await pool.start()
         ops_sampler = OpsSampler(pool, ops)
         ops_sampler.start()
@@ -97,6 +102,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         kv_feed.start()
         app.include_router(build_router(state))
         app.include_router(build_ops_router(ops_view))
+        app.include_router(build_lint_router(state, lint))
         app.state.gateway = state
         app.state.ops_view = ops_view
         log.info("prefixgate ready: %d replica(s), policy %s", len(pool), policy.name)

@@ -1,0 +1,282 @@
+"""The prompt linter inside the gateway: the endpoint's engine, live traffic, drift.
+
+``LintService`` is built once by ``create_app`` and attached to the gateway
+state as ``state.lint``.
+
+* ``lint_one`` / ``lint_batch`` serve ``POST /v1/prompt/lint`` (run in a
+  worker thread: they render and tokenize). The model's tokenizer offsets
+  are loaded on first use.
+* ``check`` runs on every routed chat request, before it is forwarded: the
+  stable prefix's fields are linted with the detector only, memoized by
+  (path, hash of the text) — a warm system prompt and tool list cost a hash
+  each. The request is then observed by its group (``groups``): spans that
+  never vary drop to info, a per-request cache salt or a changed tool order
+  count as warnings, and a drift is logged, counted and kept for
+  ``GET /admin/drift``. When more than ``offload_chars`` of new text must be
+  looked at, the work goes to a worker thread. Returns the warning count for
+  the ``x-prefixgate-lint`` header.
+* ``top_findings`` and ``drift_events`` feed the ops dashboard.
+
+Nothing here may fail a request: ``check`` logs and returns None instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+import xxhash
+
+from ..config import ModelSettings
+from ..hashers import HasherSet
+from ..metrics import GatewayMetrics
+from .batch import BatchLinter, shape_of
+from .detect import Detector
+from .drift import Drift, DriftSettings
+from .groups import Group, GroupTable, Prefix
+from .linter import FieldLinter, Linter
+from .model import BatchReport, DriftEvent, Finding, FindingStat, LintReport
+from .structure import TextField, text_fields, tool_names
+from .suggest import suggestion
+from .template import ClockProbe, TemplateSource, read_template
+from .tokens import ByteEncoder, HFEncoder, TokenMap
+from .variance import Atomizer
+
+log = logging.getLogger("prefixgate.lint")
+
+
+@dataclass(frozen=True, slots=True)
+class LintLimits:
+    max_groups: int = 128
+    max_prefix_chars: int = 32768
+    memo_entries: int = 4096
+    memo_seconds: float = 3600.0
+    """Field findings are recomputed after this long (date confidence follows the clock)."""
+    min_seen: int = 5
+    """Requests a group must have sent before a never-varying span is called stable."""
+    max_events: int = 100
+    offload_chars: int = 8192
+
+
+class LintService:
+    def __init__(self, hashers: HasherSet, models: list[ModelSettings],
+                 metrics: GatewayMetrics | None = None,
+                 clock: Callable[[], float] = time.time, limits: LintLimits | None = None,
+                 drift: DriftSettings | None = None) -> None:
+        self.hashers = hashers
+        self.folders = {m.name: m.tokenizer for m in models}
+        self.metrics = metrics
+        self.clock = clock
+        self.limits = limits = limits or LintLimits()
+        self.detector = Detector()
+        self.fields = FieldLinter(self.detector)
+        self.probe = ClockProbe()
+        self.atomizer = Atomizer()
+        self.groups = GroupTable(self.atomizer, drift or DriftSettings(), limits.max_groups,
+                                 limits.max_prefix_chars)
+        self._linters: dict[str, Linter] = {}
+        self._templates: dict[str, TemplateSource] = {}
+        self._clock_memo: dict[tuple[str, bytes], bool] = {}
+        self._memo: OrderedDict[tuple[str, int], tuple[float, list[Finding]]] = OrderedDict()
+        self._stats: dict[str, int] = {}
+        self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
+        self._lock = threading.Lock()
+
+    # -- the endpoint ------------------------------------------------------------------------
+
+    def linter(self, model: str) -> Linter:
+        with self._lock:
+            linter = self._linters.get(model)
+        if linter is not None:
+            return linter
+        folder = self.folders.get(model)
+        encoder = HFEncoder(folder) if folder else ByteEncoder()
+        linter = Linter(model, self.hashers.get(model).renderer, TokenMap(encoder),
+                        self.template(model), self.detector, self.probe, self.clock)
+        with self._lock:
+            return self._linters.setdefault(model, linter)
+
+    def template(self, model: str) -> TemplateSource:
+        source = self._templates.get(model)
+        if source is None:
+            source = read_template(self.folders.get(model))
+            self._templates[model] = source
+        return source
+
+    def lint_one(self, model: str, body: Mapping[str, Any], block_size: int) -> LintReport:
+        return self.linter(model).lint(body, block_size)
+
+    def lint_batch(self, model: str, bodies: Sequence[Mapping[str, Any]],
+                   block_size: int) -> BatchReport:
+        return BatchLinter(self.linter(model), self.atomizer).lint(bodies, block_size)
+
+    # -- live traffic ------------------------------------------------------------------------
+
+    async def check(self, model: str, body: Mapping[str, Any], tenant: str | None) -> int | None:
+        try:
+            fields = [f for f in text_fields(body) if f.region != "final"]
+            if self._pending_chars(model, fields) > self.limits.offload_chars:
+                return await asyncio.to_thread(self.check_now, model, body, tenant, fields, True)
+            return self.check_now(model, body, tenant, fields, False)
+        except Exception:  # the linter must never fail a request
+            log.exception("prompt lint failed; request routed without it")
+            return None
+
+    def _pending_chars(self, model: str, fields: list[TextField]) -> int:
+        pending = 0
+        with self._lock:
+            for field in fields:
+                if (field.path, _digest(field.text)) not in self._memo:
+                    pending += len(field.text)
+        return pending + (sum(len(f.text) for f in fields if f.region != "history")
+                          if pending else 0)
+
+    def check_now(self, model: str, body: Mapping[str, Any], tenant: str | None,
+                  fields: list[TextField] | None = None, blocking: bool = True) -> int:
+        now = self.clock()
+        if fields is None:
+            fields = [f for f in text_fields(body) if f.region != "final"]
+        findings: list[Finding] = []
+        for field in fields:
+            findings.extend(self._field_findings(field, now))
+        findings.extend(self.fields.request_findings(body, now))
+        group = self.groups.get(model, _tenant(tenant), shape_of(body))
+        findings.extend(self._observe(group, body, fields, findings, blocking))
+        if self._fills_clock(model, body):
+            findings.append(Finding("template_dynamic", "", "chat_template", 0, 0, "warning",
+                                    0.95, suggestion("template_dynamic", "system")))
+        warnings = [f for f in findings if f.severity == "warning"]
+        with self._lock:
+            for finding in warnings:
+                self._stats[finding.kind] = self._stats.get(finding.kind, 0) + 1
+        if self.metrics is not None:
+            for finding in warnings:
+                self.metrics.lint_findings.labels(finding.kind).inc()
+        return len(warnings)
+
+    def _field_findings(self, field: TextField, now: float) -> list[Finding]:
+        key = (field.path, _digest(field.text))
+        with self._lock:
+            memo = self._memo.get(key)
+            if memo is not None:
+                self._memo.move_to_end(key)
+        if memo is not None and now - memo[0] < self.limits.memo_seconds:
+            return memo[1]
+        found = self.fields.field_findings(field, now)
+        with self._lock:
+            self._memo[key] = (now, found)
+            while len(self._memo) > self.limits.memo_entries:
+                self._memo.popitem(last=False)
+        return found
+
+    def _observe(self, group: Group, body: Mapping[str, Any], fields: list[TextField],
+                 findings: list[Finding], blocking: bool) -> list[Finding]:
+        """Learn from the request; demote what never varies; return the group's findings."""
+        prefix = Prefix.of(fields, self.limits.max_prefix_chars)
+        salt = body.get("cache_salt")
+        if not group.lock.acquire(blocking=blocking):
+            return []  # a worker is aligning this group's prefix: skip learning, not the request
+        try:
+            seen = group.observe(prefix, salt if isinstance(salt, str) else None,
+                                 tool_names(body.get("tools")), self.limits.min_seen)
+            if seen.stable_known and seen.alignment is not None and group.variance is not None:
+                for index, finding in enumerate(findings):
+                    offset = prefix.offset_of(finding.path)
+                    if (finding.severity == "warning" and offset is not None
+                            and group.variance.is_stable(seen.alignment, offset + finding.start,
+                                                         offset + finding.end)):
+                        findings[index] = replace(finding, severity="info")
+            if seen.drift is not None:
+                self._record_drift(group, prefix, seen.drift)
+        finally:
+            group.lock.release()
+        out = []
+        if seen.salt_unique:
+            out.append(Finding("cache_salt", "", "cache_salt", 0, 0, "warning", 1.0,
+                               suggestion("cache_salt", "system")))
+        if seen.order_changed:
+            out.append(Finding("tool_order", "", "tools", 0, 0, "warning", 1.0,
+                               suggestion("tool_order", "tools")))
+        return out
+
+    def _record_drift(self, group: Group, prefix: Prefix, drift: Drift) -> None:
+        hits = self.detector.scan(drift.new_text, self.clock()) if drift.new_text else []
+        kind = max(hits, key=lambda h: h.end - h.start).kind if hits else "text"
+        lost = max(0, drift.stable_before - drift.stable_after)
+        event = DriftEvent(
+            at=self.clock(), model=group.model, group=group.id, path=prefix.path_at(drift.offset),
+            offset=drift.offset - (prefix.offset_of(prefix.path_at(drift.offset)) or 0),
+            stable_chars_before=drift.stable_before, stable_chars_after=drift.stable_after,
+            share_before=drift.share_before, share_after=drift.share_after,
+            old_text=drift.old_text, new_text=drift.new_text,
+            new_text_other=drift.new_text_other, kind=kind, lost_chars=lost,
+            lost_tokens=self._tokens(group.model, drift.lost_text))
+        with self._lock:
+            self._events.append(event)
+        if self.metrics is not None:
+            self.metrics.prefix_drift_events.labels(group.model).inc()
+        log.warning("prefix drift in group %s (model %s): requests now differ at %s "
+                    "(offset %d, %s); stable prefix %d -> %d chars, share %.0f%% -> %.0f%%; "
+                    "before: %r; now: %r and %r", group.id, group.model, event.path,
+                    event.offset, kind, drift.stable_before, drift.stable_after,
+                    drift.share_before * 100, drift.share_after * 100, drift.old_text,
+                    drift.new_text, drift.new_text_other)
+
+    def _tokens(self, model: str, text: str) -> int | None:
+        if not text:
+            return 0
+        try:
+            return len(self.hashers.get(model).renderer.text_token_ids(
+                text, add_special_tokens=False))
+        except (ValueError, TypeError, RuntimeError):  # a count for the dashboard only
+            return None
+
+    def _fills_clock(self, model: str, body: Mapping[str, Any]) -> bool:
+        key = (model, orjson.dumps([body.get("chat_template"), body.get("chat_template_kwargs")],
+                                   option=orjson.OPT_SORT_KEYS, default=str))
+        known = self._clock_memo.get(key)
+        if known is None:
+            known = self.probe.fills_clock(self.template(model), body)
+            if len(self._clock_memo) < 1024:
+                self._clock_memo[key] = known
+        return known
+
+    # -- for operators -------------------------------------------------------------------------
+
+    def top_findings(self, n: int = 10) -> list[FindingStat]:
+        with self._lock:
+            counts = sorted(self._stats.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+        return [FindingStat(kind, count, "warning", suggestion(kind, "system"))
+                for kind, count in counts]
+
+    def drift_events(self, n: int = 20) -> list[DriftEvent]:
+        with self._lock:
+            return list(self._events)[-n:][::-1]
+
+    def group_summaries(self, n: int = 20) -> list[dict[str, Any]]:
+        out = []
+        for group in self.groups.snapshot()[:n]:
+            if not group.lock.acquire(blocking=False):
+                continue
+            try:
+                out.append({"group": group.id, "model": group.model, "shape": group.shape,
+                            "requests": group.seen, "varying": group.varying()})
+            finally:
+                group.lock.release()
+        return out
+
+
+def _digest(text: str) -> int:
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def _tenant(tenant: str | None) -> str:
+    """Never the key itself: a short hash of it."""
+    return xxhash.xxh3_64_hexdigest(tenant.encode("utf-8", "surrogatepass"))[:12] if tenant else "-"
