@@ -2,6 +2,7 @@
 
     prefixgate serve [--config FILE] [--replica [ID=]URL ...] [--policy NAME] ...
     prefixgate sim   [...]            a simulated vLLM replica (see engine.sim)
+    prefixgate lint  FILE [--json]    find what breaks prefix caching in prompts
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from engine.tokenizer import bundled_qwen_tokenizer_dir
 from .app import create_app
 from .config import ConfigError, Settings, load_settings, parse_replica_arg
 from .embedded import simulated_replicas
+from .lint_cli import main as lint_main
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -99,7 +101,7 @@ def serve(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": serve, "sim": sim_main}
+    commands = {"serve": serve, "sim": sim_main, "lint": lint_main}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
