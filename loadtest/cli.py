@@ -88,10 +88,11 @@ def parser() -> argparse.ArgumentParser:
                          help='extra flags for every sim, e.g. "--num-blocks 400 --time-scale 10"')
     compare.add_argument("--contenders", default="all",
                          help="comma-separated names (see --list-contenders) or 'all'")
-    compare.add_argument("--list-contenders", action="store_true")
-    compare.add_argument("--out", required=True, type=Path)
+    compare.add_argument("--list-contenders", action="store_true",
+                         help="print the contender names and exit")
+    compare.add_argument("--out", type=Path, help="output folder (required to run)")
     compare.add_argument("--title", help="report title")
-    add_workload_arguments(compare)
+    add_workload_arguments(compare, required=False)
     _limits_arguments(compare)
 
     commands.add_parser("workloads", help="list workloads and their parameters")

@@ -111,14 +111,16 @@ def compare(workload: Workload, fleet: SimFleetSpec, contenders: Sequence[Conten
 
 
 def compare_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.list_contenders:
+        print("\n".join(spec.name for spec in all_contenders()))
+        return 0
+    if not args.workload or args.out is None:
+        raise ValueError("compare needs --workload and --out")
     workload = build_workload(args.workload, workload_overrides(args))
     fleet = fleet_spec(args.replicas, args.replica_args)
     contenders = select_contenders(args.contenders)
     if any(spec.needs_kv_events() for spec in contenders):
         fleet = dataclasses.replace(fleet, kv_events=True)
-    if args.list_contenders:
-        print("\n".join(spec.name for spec in all_contenders()))
-        return 0
     limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
                        sample_period=args.sample_period)
     results, bound, method = compare(workload, fleet, contenders, limits, args.out)

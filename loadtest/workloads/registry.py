@@ -53,10 +53,10 @@ def _field_type(annotation: Any) -> type:
     raise TypeError(f"unsupported parameter annotation {annotation!r}")
 
 
-def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+def add_workload_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """``--workload NAME`` and one flag per parameter of any workload."""
     specs = workload_specs()
-    parser.add_argument("--workload", required=True, choices=sorted(specs))
+    parser.add_argument("--workload", required=required, choices=sorted(specs))
     group = parser.add_argument_group("workload parameters (defaults depend on the workload)")
     seen: dict[str, type] = {}
     for spec in specs.values():
