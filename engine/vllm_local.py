@@ -177,6 +177,8 @@ class LocalReplica:
     launched_at: float = field(default_factory=time.monotonic)
     start_seconds: float | None = None
     """Seconds from spawn to the first healthy ``/health``, once ready."""
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def launch(
@@ -222,6 +224,7 @@ class LocalReplica:
         args += list(spec.extra_args)
         if shutil.which("taskset"):
             args = ["taskset", "-c", str(core), *args]
+        env = replica_env(spec, core)
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{replica_id}.log"
         with open(log_path, "ab") as log:
@@ -229,7 +232,7 @@ class LocalReplica:
             log.flush()
             process = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=replica_env(spec, core), cwd=log_dir, start_new_session=True,
+                env=env, cwd=log_dir, start_new_session=True,
             )  # fmt: skip
         info = ReplicaInfo(
             replica_id=replica_id,
@@ -243,7 +246,7 @@ class LocalReplica:
             pid=process.pid,
             log_path=log_path,
         )
-        return cls(info=info, spec=spec, process=process)
+        return cls(info=info, spec=spec, process=process, command=tuple(args), env=env)
 
     # -- readiness ---------------------------------------------------------------------------
 
@@ -317,6 +320,28 @@ class LocalReplica:
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM the process group, SIGKILL whatever is left after ``grace`` seconds."""
         stop_replicas([self], grace)
+
+    def kill(self) -> None:
+        """Crash it: SIGKILL the whole process group at once, no graceful shutdown."""
+        stop_replicas([self], grace=0.0)
+
+    def restart(self) -> None:
+        """Start the same server again on the same ports (after ``stop`` or ``kill``)."""
+        deadline = time.monotonic() + 15
+        while not self._stopped():  # a killed group's children take a moment to go
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"replica {self.info.replica_id} is still running")
+            time.sleep(0.1)
+        with open(self.info.log_path, "ab") as log:
+            log.write(b"$ (restart)\n")
+            log.flush()
+            self.process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=dict(self.env), cwd=self.info.log_path.parent, start_new_session=True,
+            )  # fmt: skip
+        self.info = replace(self.info, pid=self.process.pid)
+        self.launched_at = time.monotonic()
+        self.start_seconds = None
 
     async def astop(self, grace: float = 10.0) -> None:
         """``stop`` for code on an event loop (the waiting runs in a worker thread)."""

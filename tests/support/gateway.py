@@ -23,7 +23,10 @@ def _free_port() -> int:
 
 
 class GatewayProcess:
-    def __init__(self, settings: dict, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, settings: dict, extra_args: Sequence[str] = (),
+                 python: str = sys.executable, env: dict[str, str] | None = None) -> None:
+        self.python = python
+        self.env = env or {}
         self.port = _free_port()
         self.settings = {"host": "127.0.0.1", "port": self.port, **settings}
         self.extra_args = list(extra_args)
@@ -37,10 +40,10 @@ class GatewayProcess:
         self._config.flush()
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "serve", "--config", self._config.name,
+            [self.python, "-m", "gateway.cli", "serve", "--config", self._config.name,
              *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+            env={**os.environ, "HF_HUB_OFFLINE": "1", **self.env})
         deadline = time.monotonic() + timeout
         path = "/ready" if wait_ready else "/health"
         while time.monotonic() < deadline:

@@ -1,0 +1,162 @@
+"""The gateway in front of two real vLLM-on-CPU replicas, driven by the openai client.
+
+qwen2-tiny (Qwen2 architecture, dummy weights, the real Qwen3 tokenizer) with a
+96-block KV cache per replica; the text is noise, the prefix cache, scheduler,
+metrics and KV events are vLLM's own. Tests run in file order: the last one
+kills and restarts a replica.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from engine.scrape import parse_vllm_metrics
+from engine.tokenizer import HFRenderer
+from engine.vllm_local import LocalReplica
+from gateway.prefix import PromptHasher
+from tests.chat_corpus import CHATS
+from tests.support.gateway import GatewayProcess
+
+from .conftest import MODEL, model_dir
+
+pytestmark = pytest.mark.e2e
+
+SYSTEM = ("You are the support assistant of ACME Corporation. Answer politely, cite the "
+          "policy section, never invent order numbers. ") * 8
+
+
+def client(gw: GatewayProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached in {timeout}s")
+
+
+def admin(gw: GatewayProcess) -> dict[str, dict]:
+    return {r["id"]: r for r in httpx.get(gw.url + "/admin/replicas").json()["replicas"]}
+
+
+def hits(replica: LocalReplica) -> float:
+    return parse_vllm_metrics(httpx.get(replica.info.base_url + "/metrics").text).prefix_hits
+
+
+def test_chat_and_completions_with_real_cache_hits(real_gateway: GatewayProcess) -> None:
+    c = client(real_gateway)
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi!"}]
+    first = c.chat.completions.with_raw_response.create(model=MODEL, messages=messages,
+                                                         max_tokens=4)
+    second = c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[messages[0], {"role": "user", "content": "Where is my order?"}],
+        max_tokens=4)
+    assert first.headers["x-prefixgate-replica"] == second.headers["x-prefixgate-replica"]
+    usage = second.parse().usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens >= 128
+    assert int(second.headers["x-prefixgate-matched-tokens"]) == \
+        usage.prompt_tokens_details.cached_tokens
+
+    stream = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, stream=True,
+                                       stream_options={"include_usage": True})
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 128
+
+    done = c.completions.create(model=MODEL, prompt=SYSTEM + "Answer:", max_tokens=4)
+    assert done.choices[0].text is not None and done.usage.completion_tokens == 4
+    pieces = list(c.completions.create(model=MODEL, prompt=SYSTEM + "Answer:", max_tokens=4,
+                                       stream=True))
+    assert sum(1 for p in pieces if p.choices and p.choices[0].text) >= 1
+    with pytest.raises(openai.NotFoundError):
+        c.chat.completions.create(model="not-served", messages=messages)
+
+
+def test_rendered_ids_equal_vllm_tokenize(vllm_pair: list[LocalReplica]) -> None:
+    hasher = PromptHasher(HFRenderer(str(model_dir())))
+    url = vllm_pair[0].info.base_url + "/tokenize"
+    for chat in CHATS:
+        ours = hasher.token_ids(MODEL, chat, "chat")
+        theirs = httpx.post(url, json={"model": MODEL, "add_generation_prompt": True, **chat},
+                            timeout=30).json()
+        assert ours == theirs["tokens"], chat
+
+
+def test_precise_follows_kv_events_and_forgets_evictions(real_gateway: GatewayProcess,
+                                                         vllm_pair: list[LocalReplica]) -> None:
+    target = vllm_pair[1]
+    rid = target.info.replica_id
+    prefix = [{"role": "system", "content": "Policy handbook, section 7. " * 40}]
+    # Warm the prefix on one replica behind the gateway's back: only its events tell.
+    direct = openai.OpenAI(base_url=target.info.base_url + "/v1", api_key="x", max_retries=0)
+    direct.chat.completions.create(model=MODEL, messages=[*prefix,
+                                   {"role": "user", "content": "warm"}], max_tokens=1)
+    wait_for(lambda: (admin(real_gateway)[rid]["indexed_blocks"] or 0) >= 8, 30,
+             "KV events of the warmed prefix in the precise index")
+
+    before = hits(target)
+    routed = client(real_gateway).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[*prefix, {"role": "user", "content": "first question"}],
+        max_tokens=2)
+    assert routed.headers["x-prefixgate-replica"] == rid
+    assert int(routed.headers["x-prefixgate-matched-tokens"]) >= 256
+    assert hits(target) - before >= 256
+
+    # Evict it: fill the 96-block cache with other prompts, sent directly.
+    for i in range(8):
+        direct.chat.completions.create(model=MODEL, messages=[
+            {"role": "system", "content": f"Unrelated filler document {i}. " * 90},
+            {"role": "user", "content": "x"}], max_tokens=1)
+    time.sleep(3)  # past the speculative TTL of the gateway's own routing
+    again = client(real_gateway).chat.completions.with_raw_response.create(
+        model=MODEL, messages=[*prefix, {"role": "user", "content": "second question"}],
+        max_tokens=2)
+    cached = again.parse().usage.prompt_tokens_details.cached_tokens
+    # The index forgot what the engine evicted: no stale promise of a warm prefix.
+    assert int(again.headers["x-prefixgate-matched-tokens"]) == cached
+
+
+def test_killed_replica_fails_over_then_rejoins(real_gateway: GatewayProcess,
+                                               vllm_pair: list[LocalReplica]) -> None:
+    c = client(real_gateway)
+    by_id = {r.info.replica_id: r for r in vllm_pair}
+    messages = [{"role": "user", "content": "Tell me a long story."}]
+    with c.chat.completions.with_streaming_response.create(
+            model=MODEL, messages=messages, stream=True, max_tokens=1500,
+            extra_body={"ignore_eos": True}) as response:
+        victim = by_id[response.headers["x-prefixgate-replica"]]
+        chunks = iter(response.parse())
+        next(chunks)
+        threading.Timer(0.5, victim.kill).start()
+        with pytest.raises(openai.APIError):
+            for _ in chunks:
+                pass
+    survivors = set()
+    for i in range(4):  # not yet streaming: retried on the survivor, nothing hangs
+        raw = c.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": f"after the crash {i}"}],
+            max_tokens=2)
+        survivors.add(raw.headers["x-prefixgate-replica"])
+    assert victim.info.replica_id not in survivors
+    assert not admin(real_gateway)[victim.info.replica_id]["healthy"]
+
+    started = time.monotonic()
+    victim.restart()
+    victim.wait_ready(timeout=300)
+    print(f"\nreplica {victim.info.replica_id} restarted in {time.monotonic() - started:.1f}s")
+    wait_for(lambda: admin(real_gateway)[victim.info.replica_id]["healthy"], 30,
+             "the restarted replica back in rotation")
+    served = {c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": f"back {i}"}],
+        max_tokens=2).headers["x-prefixgate-replica"] for i in range(6)}
+    assert victim.info.replica_id in served
