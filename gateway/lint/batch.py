@@ -28,7 +28,7 @@ import orjson
 from .linter import Analysis, Linter, floor_blocks, make_report
 from .model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
 from .structure import TextField, leading_system, message_text, tool_names
-from .suggest import suggestion
+from .suggest import SUGGESTIONS, suggestion
 from .textdiff import common_prefix
 from .variance import Atomizer, Variance
 
@@ -175,7 +175,7 @@ class BatchLinter:
             field = _field(analysis, path)
             offset = analysis.layout.place(field, start) if field else None
             token = analysis.prompt.token_at(offset) if offset is not None else None
-            finding_kind = kind if kind in ("name", "counter") else "text"
+            finding_kind = kind if kind in SUGGESTIONS else "text"
             updated.append(Finding(
                 finding_kind, value, path, start, end,
                 "info" if field is not None and field.region == "final" else "warning", 1.0,
@@ -197,7 +197,7 @@ class BatchLinter:
             return kinds[0]
         distinct = len(set(present))
         if distinct <= max(3, len(present) // 4):
-            return "text"
+            return "category"  # a tier, a plan, a region: few values, each repeated
         if all(w[:1].isupper() for v in present for w in v.split()) and all(
                 len(v.split()) <= 4 for v in present):
             return "name"

@@ -15,8 +15,8 @@ that is again stable) moves one request, not the mean, and is not a drift.
 The event names where requests now start to differ and shows the text there
 before (from the last request of the good regime) and after (from the two
 latest requests, which differ from each other). The new regime becomes the
-baseline, so one change is reported once. Memory per group: two texts and
-two short windows of numbers.
+baseline once it has filled the windows again, so one change is reported
+once. Memory per group: two texts and two short windows of numbers.
 """
 
 from __future__ import annotations
@@ -85,8 +85,10 @@ class DriftTracker:
                 and after <= before * self.settings.ratio
                 and len(self.recent) == self.recent.maxlen):
             drift = self._describe(previous, text, before, after)
-            self.baseline = deque(self.recent, maxlen=self.settings.baseline)
+            # Start over in the new regime: it becomes the baseline once it has filled up.
+            self.baseline.clear()
             self.recent.clear()
+            self.good_example = text
             return drift
         return None
 

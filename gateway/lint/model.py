@@ -91,7 +91,8 @@ class VaryingSpan:
     text: str
     """The value in the group's first request."""
     kind: str
-    """What the values look like: ``name``, ``counter``, ``timestamp``, ... or ``text``."""
+    """What the values look like: ``name``, ``counter``, ``category`` (few values, such as
+    a tier), a detector kind (``timestamp`` ...), or ``text``."""
     distinct: int
     """Distinct values seen."""
     examples: tuple[str, ...]

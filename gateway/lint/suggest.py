@@ -27,6 +27,8 @@ SUGGESTIONS: dict[str, str] = {
     "nonce": "A random string is unique per request: drop it from the prompt.",
     "counter": f"A counter changes on every request: drop it, or {MOVE}.",
     "text": f"This span differs between requests of the same app: {MOVE}.",
+    "category": f"This span takes a few values (a tier, a plan, a region): {MOVE}, or keep "
+                "one prefix per value.",
     "unstable_json": "Serialize tools the same way every time: fixed key order "
                      "(json.dumps(..., sort_keys=True)), each tool once.",
     "tool_order": "Send the tools in a fixed order (for example sorted by name).",

@@ -1,0 +1,107 @@
+"""The linter's HTTP face, in front of fake replicas (ASGI, no sockets)."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import httpx
+from asgi_lifespan import LifespanManager
+
+from gateway.app import create_app
+from gateway.config import load_settings
+
+from ..fake_replica import FakeReplica
+
+SYSTEM = ("You are the assistant of Acme Travel. Be brief and friendly. " * 4
+          + "Current time: 2026-11-30 15:25:07 UTC.")
+CHAT = {"model": "m", "messages": [{"role": "system", "content": SYSTEM},
+                                   {"role": "user", "content": "Any flights to Oslo?"}]}
+
+
+@asynccontextmanager
+async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    replica = FakeReplica("a")
+    overrides = {"replicas": [{"id": "a", "url": "http://a", "model": "m"}],
+                 "models": [{"name": "m", "tokenizer": qwen_dir}],
+                 "health_interval": 3600.0, **settings}
+    app = create_app(load_settings(overrides=overrides, env={}),
+                     transport=lambda rid: replica.transport())
+    async with LifespanManager(app) as manager:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
+                                     base_url="http://gw") as client:
+            yield client
+
+
+async def test_routed_chat_carries_the_lint_header(qwen_dir: str) -> None:
+    async with gateway(qwen_dir) as client:
+        stamped = await client.post("/v1/chat/completions", json=CHAT)
+        clean = await client.post("/v1/chat/completions", json={
+            **CHAT, "messages": [{"role": "system", "content": "Be brief."},
+                                 {"role": "user", "content": "hi"}]})
+        metrics = (await client.get("/metrics")).text
+        ops = (await client.get("/admin/replicas")).json()
+    assert stamped.status_code == 200 and stamped.headers["x-prefixgate-lint"] == "1"
+    assert clean.headers["x-prefixgate-lint"] == "0"
+    assert 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in metrics
+    assert ops["lint_findings"][0]["kind"] == "timestamp"
+
+
+async def test_lint_endpoint_single_and_batch(qwen_dir: str) -> None:
+    async with gateway(qwen_dir) as client:
+        single = await client.post("/v1/prompt/lint", json={"messages": CHAT["messages"]})
+        batch = await client.post("/v1/prompt/lint", json={"requests": [
+            {"messages": [{"role": "system", "content": f"Hello {name}, you are a {tier} member."
+                                                        " Keep answers short and precise."},
+                          {"role": "user", "content": "hi"}]}
+            for name, tier in (("Alice", "gold"), ("Bruno", "silver"), ("Chen", "gold"))]})
+    assert single.status_code == 200
+    report = single.json()
+    assert report["object"] == "prompt.lint" and report["model"] == "m"
+    [finding] = report["findings"]
+    assert finding["kind"] == "timestamp" and finding["path"] == "messages[0].content"
+    assert report["cacheable_prefix_tokens"] < report["cacheable_prefix_tokens_if_fixed"]
+    assert batch.status_code == 200
+    [group] = batch.json()["groups"]
+    assert [v["text"] for v in group["varying"]] == ["Alice", "gold"]
+
+
+async def test_lint_endpoint_errors(qwen_dir: str) -> None:
+    async with gateway(qwen_dir, max_body_bytes=2000) as client:
+        big = await client.post("/v1/prompt/lint", json={
+            "messages": [{"role": "user", "content": "x" * 5000}]})
+        bad_json = await client.post("/v1/prompt/lint", content=b"{nope")
+        unknown = await client.post("/v1/prompt/lint", json={**CHAT, "model": "nope"})
+        bad_item = await client.post("/v1/prompt/lint", json={"requests": [
+            {"messages": [{"role": "user", "content": "ok"}]}, {"messages": []}]})
+        empty = await client.post("/v1/prompt/lint", json={"requests": []})
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    assert bad_json.status_code == 400
+    assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
+    assert bad_item.status_code == 400
+    assert bad_item.json()["error"]["param"] == "requests[1].messages"
+    assert empty.status_code == 400
+
+
+async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
+    policy = "You are the assistant of Acme Travel. Refunds within 24 hours. " * 6
+    async with gateway(qwen_dir) as client:
+        for i in range(14):
+            await client.post("/v1/chat/completions", json={
+                **CHAT, "messages": [{"role": "system", "content": policy},
+                                     {"role": "user", "content": f"q{i}"}]})
+        for i in range(6):
+            await client.post("/v1/chat/completions", json={
+                **CHAT, "messages": [{"role": "system",
+                                      "content": f"Request {i:04d}-{i * 37:05d}. " + policy},
+                                     {"role": "user", "content": "q"}]})
+        drift = (await client.get("/admin/drift")).json()
+        ops = (await client.get("/admin/replicas")).json()
+        metrics = (await client.get("/metrics")).text
+    [event] = drift["events"]
+    assert event["path"] == "messages[0].content" and event["offset"] == 0
+    assert event["old_text"] == "" and event["new_text"].startswith("Request 00")
+    assert drift["groups"][0]["requests"] == 20
+    assert ops["drift_events"][0]["kind"] == "system_prompt"
+    assert "Request" not in str(ops["drift_events"])  # no prompt text on the dashboard
+    assert 'prefixgate_prefix_drift_events_total{model="m"} 1.0' in metrics

@@ -1,0 +1,122 @@
+"""The linter on live traffic: memoized per field, learning per group, drift."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gateway.config import ModelSettings
+from gateway.hashers import HasherSet
+from gateway.lint.detect import Detector
+from gateway.lint.drift import DriftTracker
+from gateway.lint.model import Hit
+from gateway.lint.service import LintService
+
+from .corpus import NOW
+
+POLICY = ("You are the booking assistant of Northwind Hotels. Rooms can be cancelled free of "
+          "charge until 48 hours before arrival. Breakfast is served from 7:00 to 10:30. "
+          "Answer in the guest's language and keep answers short. ") * 3
+
+
+class CountingDetector(Detector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scanned_chars = 0
+
+    def scan(self, text: str, now: float) -> list[Hit]:
+        self.scanned_chars += len(text)
+        return super().scan(text, now)
+
+
+def chat(system: str, user: str = "Is breakfast included?", **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "system", "content": system},
+                         {"role": "user", "content": user}], **extra}
+
+
+@pytest.fixture()
+def service(qwen_dir: str) -> LintService:
+    models = [ModelSettings(name="qwen", tokenizer=qwen_dir)]
+    service = LintService(HasherSet(models), models, clock=lambda: NOW)
+    service.detector = service.fields.detector = CountingDetector()
+    return service
+
+
+def test_warm_prefix_costs_no_scan(service: LintService) -> None:
+    system = POLICY + "Current time: 2026-11-30 15:25:07."
+    assert service.check_now("qwen", chat(system), None) == 1
+    scanned = service.detector.scanned_chars  # type: ignore[attr-defined]
+    assert scanned >= len(system)
+    for question in ("Can I bring a dog?", "Is there parking?"):
+        assert service.check_now("qwen", chat(system, question), None) == 1
+    # The final turn is never scanned on the request path, the system prompt only once.
+    assert service.detector.scanned_chars == scanned  # type: ignore[attr-defined]
+
+
+def test_a_span_that_never_varies_stops_counting(service: LintService) -> None:
+    system = POLICY + "Prices valid from 2026-12-01."
+    counts = [service.check_now("qwen", chat(system), "sk-app-one") for _ in range(7)]
+    assert counts[0] == 1 and counts[-1] == 0
+
+
+def test_tenants_and_shapes_are_separate_groups(service: LintService) -> None:
+    system = POLICY + "Prices valid from 2026-12-01."
+    for _ in range(6):
+        service.check_now("qwen", chat(system), "sk-app-one")
+    assert service.check_now("qwen", chat(system), "sk-app-two") == 1
+    groups = {g["group"] for g in service.group_summaries()}
+    assert len(groups) == 2 and not any("sk-app" in str(g) for g in service.group_summaries())
+
+
+def test_unique_salt_and_changing_tool_order(service: LintService) -> None:
+    tools = [{"type": "function", "function": {"name": n, "description": "d"}}
+             for n in ("a", "b")]
+    counts = []
+    for i in range(5):
+        body = chat(POLICY, tools=tools if i < 4 else tools[::-1], cache_salt=f"s{i}")
+        counts.append(service.check_now("qwen", body, "key"))
+    assert counts[:3] == [0, 0, 0]
+    assert counts[3] == 1  # four different salts in a row
+    assert counts[4] == 2  # and now the tool order changed
+    assert {s.kind for s in service.top_findings()} == {"cache_salt", "tool_order"}
+
+
+def test_drift_is_reported_with_old_and_new_text(service: LintService) -> None:
+    for i in range(14):
+        service.check_now("qwen", chat(POLICY, f"question {i}"), "key")
+    assert service.drift_events() == []
+    for i in range(6):
+        stamped = POLICY.replace("Rooms can", f"Now: 2026-11-30 15:{10 + i}:0{i}. Rooms can", 1)
+        service.check_now("qwen", chat(stamped), "key")
+    [event] = service.drift_events()
+    assert event.path == "messages[0].content" and event.kind == "timestamp"
+    assert event.offset == POLICY.index("Rooms can")
+    assert event.old_text == "" and event.new_text.startswith("Now: 2026-11-30 15:")
+    assert event.new_text != event.new_text_other
+    assert event.share_before > 0.9 and event.share_after < 0.6
+    assert event.lost_tokens and event.lost_tokens > 50
+    json_event = event.to_json()
+    assert json_event["old_text"] == "" and json_event["model"] == "qwen"
+
+
+def test_a_one_off_prompt_change_is_not_drift() -> None:
+    tracker = DriftTracker()
+    for _ in range(20):
+        assert tracker.observe(POLICY) is None
+    changed = POLICY.replace("Northwind", "Southwind")
+    for _ in range(20):
+        assert tracker.observe(changed) is None
+
+
+def test_drift_is_reported_once_per_change() -> None:
+    tracker = DriftTracker()
+    for _ in range(15):
+        tracker.observe(POLICY)
+    events = [tracker.observe(f"{i:08d} {POLICY}") for i in range(30)]
+    assert sum(e is not None for e in events) == 1
+
+
+def test_check_never_fails_a_request(service: LintService) -> None:
+    import asyncio
+    assert asyncio.run(service.check("qwen", {"messages": "not a list"}, None)) in (0, None)
