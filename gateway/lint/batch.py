@@ -139,7 +139,10 @@ class BatchLinter:
         for slot in slots:
             spans = [variance.value(a, slot) for a in alignments]
             values = [a.text[s:e] for a, (s, e) in zip(alignments, spans)]
-            kind = self._kind(values)
+            seen = [f.kind for position, index in enumerate(members) for f in findings[index]
+                    if f.path == compared.paths[position] and f.kind not in STRUCTURE_KINDS
+                    and f.start < spans[position][1] and f.end > spans[position][0]]
+            kind = self._kind(values, seen)
             distinct = list(dict.fromkeys(values))
             field = _field(analyses[members[0]], compared.paths[0])
             offset = analyses[members[0]].layout.place(field, slot[0]) if field else None
@@ -183,7 +186,11 @@ class BatchLinter:
                 detail=f"varies across {n} requests of this app ({distinct} distinct values)"))
         findings[index] = updated
 
-    def _kind(self, values: list[str]) -> str:
+    def _kind(self, values: list[str], seen: list[str]) -> str:
+        """What a varying span holds: what the patterns saw on it in context, else a guess
+        from its values (numbers, few repeated values, capitalized words)."""
+        if seen:
+            return max(set(seen), key=seen.count)
         present = [v for v in values if v]
         if present and all(v.replace(",", "").replace(".", "").isdigit() for v in present):
             return "counter"
@@ -196,7 +203,7 @@ class BatchLinter:
         if kinds and len(set(kinds)) == 1 and kinds[0]:
             return kinds[0]
         distinct = len(set(present))
-        if distinct <= max(3, len(present) // 4):
+        if distinct < len(present) and distinct <= max(3, len(present) // 4):
             return "category"  # a tier, a plan, a region: few values, each repeated
         if all(w[:1].isupper() for v in present for w in v.split()) and all(
                 len(v.split()) <= 4 for v in present):

@@ -93,13 +93,19 @@ class DriftTracker:
         return None
 
     def _describe(self, previous: str, current: str, before: float, after: float) -> Drift:
+        # Measure the new regime from where it started inside the recent window.
+        recent = list(self.recent)
+        start = next((i for i, (share, _) in enumerate(recent)
+                      if share <= before - self.settings.drop), 0)
+        changed = recent[start:] or recent
+        after = mean(share for share, _ in changed)
         old = self.good_example or previous
         head = common_prefix(old, current)
         tail = common_suffix(old, current, head)
         other_head = common_prefix(old, previous)
         other_tail = common_suffix(old, previous, other_head)
         stable_before = int(median(n for _, n in self.baseline))
-        stable_after = int(median(n for _, n in self.recent))
+        stable_after = int(median(n for _, n in changed))
         return Drift(
             offset=head,
             stable_before=stable_before,

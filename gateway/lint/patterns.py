@@ -69,6 +69,8 @@ CUE_LITERALS = ("today", "current", "now", "it is", "it's", "it’s",
 
 NAME_LITERALS = ("name", "hello", "hi ", "hey ", "dear ", "welcome", "talking to",
                  "speaking with", "chatting with", "the user is", "address the user",
+                 "the customer is", "the client is", "the caller is", "the guest is",
+                 "the patient is",
                  "se llama", "s'appelle", "heißt",
                  "用户", "客户", "会员", "顾客", "姓名", "称呼", "负责人", "联系人", "经办人", "先生", "女士", "小姐", "同学",
                  "お客様", "ユーザー", "利用者", "会員", "氏名", "名前", "様", "さん")
@@ -232,7 +234,7 @@ class PatternSet:
               |(?<![A-Za-z_])(?i:name|full_name|user_name|username)=
               |(?i:you\ are\ (?:talking|speaking|chatting)\ (?:to|with))\ 
               |(?i:address\ the\ user\ (?:as|by))\ 
-              |(?i:the\ user\ is)\ 
+              |(?i:the\ (?:user|customer|client|caller|guest|patient)\ is)\ 
               |(?:se\ llama|s'appelle|heißt)\ 
               |(?:Hello|Hi|Hey|Dear|Welcome\ back|Welcome),?\ )
             (?P<name>[A-ZÀ-Þ][a-zß-ÿ'’-]{1,20}(?:\ [A-ZÀ-Þ][a-zß-ÿ'’-]{1,20}){0,3})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 from asgi_lifespan import LifespanManager
@@ -27,10 +28,9 @@ async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncCl
                  "health_interval": 3600.0, **settings}
     app = create_app(load_settings(overrides=overrides, env={}),
                      transport=lambda rid: replica.transport())
-    async with LifespanManager(app) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
-                                     base_url="http://gw") as client:
-            yield client
+    async with LifespanManager(app) as manager, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
+        yield client
 
 
 async def test_routed_chat_carries_the_lint_header(qwen_dir: str) -> None:

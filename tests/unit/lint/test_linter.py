@@ -7,11 +7,11 @@ import json
 import time
 from typing import Any
 
-from gateway.lint.linter import Linter
-from gateway.lint.tokens import ByteEncoder, TokenMap
-from gateway.lint.detect import Detector
-from gateway.lint.template import ClockProbe, TemplateSource
 from engine.tokenizer import ByteRenderer
+from gateway.lint.detect import Detector
+from gateway.lint.linter import Linter
+from gateway.lint.template import ClockProbe, TemplateSource
+from gateway.lint.tokens import ByteEncoder, TokenMap
 from gateway.prefix import PromptHasher
 
 from .corpus import NOW

@@ -1,0 +1,82 @@
+"""The prompt linter through the real gateway process, with the official openai client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+
+from tests.support.gateway import GatewayProcess
+from tests.support.sim import SimProcess
+
+from .conftest import MODEL, gateway_settings, sim_args
+
+POLICY = ("You are the concierge of the Harbor Hotel. Check-in is from 15:00, check-out until "
+          "11:00. Answer in the guest's language, be warm and brief, and never quote prices "
+          "that are not in the rate sheet. ") * 4
+
+
+@pytest.fixture(scope="module")
+def lint_gateway() -> Iterator[GatewayProcess]:
+    sims = [SimProcess(sim_args(20 + i)) for i in range(2)]
+    gateway = GatewayProcess(gateway_settings(sims, policy="prefix", max_body_bytes=100_000))
+    try:
+        for sim in sims:
+            sim.start()
+        yield gateway.start()
+    finally:
+        gateway.stop()
+        for sim in sims:
+            sim.close()
+
+
+def client(gateway: GatewayProcess, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
+
+
+def ask(api: openai.OpenAI, system: str, question: str = "Is breakfast included?") -> dict:
+    raw = api.chat.completions.with_raw_response.create(
+        model=MODEL, max_tokens=4, messages=[{"role": "system", "content": system},
+                                             {"role": "user", "content": question}])
+    raw.parse()
+    return dict(raw.headers)
+
+
+def test_lint_header_on_a_timestamp_in_the_system_prompt(lint_gateway: GatewayProcess) -> None:
+    api = client(lint_gateway, "app-one")
+    stamped = ask(api, POLICY + "Current time: 2026-11-30 15:25:07 UTC.")
+    clean = ask(api, POLICY)
+    assert stamped["x-prefixgate-lint"] == "1"
+    assert clean["x-prefixgate-lint"] == "0"
+    assert stamped["x-prefixgate-replica"] in {"s0", "s1"}
+
+
+def test_lint_endpoint_answers(lint_gateway: GatewayProcess) -> None:
+    body = {"model": MODEL, "messages": [
+        {"role": "system", "content": POLICY + "Guest: Maria Lopez, maria.lopez@gmail.com."},
+        {"role": "user", "content": "Can I check in early?"}]}
+    report = httpx.post(lint_gateway.url + "/v1/prompt/lint", json=body, timeout=30).json()
+    assert report["object"] == "prompt.lint" and report["model"] == MODEL
+    assert {f["kind"] for f in report["findings"]} == {"email"}
+    assert report["prompt_tokens"] > report["cacheable_prefix_tokens_if_fixed"] > 0
+    too_big = httpx.post(lint_gateway.url + "/v1/prompt/lint", timeout=30, json={
+        "messages": [{"role": "user", "content": "x" * 150_000}]})
+    assert too_big.status_code == 413
+
+
+def test_drift_after_the_template_changes(lint_gateway: GatewayProcess) -> None:
+    api = client(lint_gateway, "app-two")
+    for i in range(14):
+        ask(api, POLICY, f"question {i}")
+    for i in range(6):
+        # The new release prepends a per-request timestamp: the prefix stops being shared.
+        ask(api, f"[{time.strftime('%Y-%m-%d %H:%M:%S')}.{i:03d}] " + POLICY)
+    drift = httpx.get(lint_gateway.url + "/admin/drift", timeout=10).json()
+    event = next(e for e in drift["events"] if e["model"] == MODEL)
+    assert event["path"] == "messages[0].content" and event["kind"] == "timestamp"
+    assert event["share_before"] > 0.9 and event["share_after"] < 0.5
+    assert event["new_text"] and event["new_text"] != event["new_text_other"]
+    assert "prefix drift" in lint_gateway.log()
