@@ -29,8 +29,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from . import temporal
 from .identifiers import Identifiers
