@@ -28,25 +28,26 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 
-from . import temporal
+from . import names, temporal
 from .identifiers import Identifiers
 from .model import Hit
 from .normalize import Folder
-from .patterns import (
-    COUNTER_LITERALS,
-    CUE_LITERALS,
-    EN_NOT_NAMES,
-    JA_NOT_NAME_ENDINGS,
-    MONTHS,
-    NAME_LITERALS,
-    ZH_COMPOUND_SURNAMES,
-    ZH_HONORIFICS,
-    ZH_SURNAMES,
-    PatternSet,
+from .patterns import COUNTER_LITERALS, CUE_LITERALS, MONTHS, NAME_LITERALS, PatternSet
+from .spans import TEMPORAL, longest_wins, merge, pieces
+from .windows import (
+    TOKEN_CHARS,
+    TOKEN_REACH,
+    DigitWindow,
+    find_all,
+    find_words,
+    group_hit,
+    merged,
+    positions,
+    text_before,
+    token_end,
+    valid,
 )
 
 
@@ -55,14 +56,8 @@ def _kana(word: str) -> bool:
 
 
 MARGIN = 40
-TOKEN_REACH = 300
-TEMPORAL = frozenset({"timestamp", "date", "time", "weekday"})
-PRIORITY = {kind: rank for rank, kind in enumerate((
-    "jwt", "uuid", "ulid", "timestamp", "date", "epoch", "time", "email", "ip", "phone",
-    "request_id", "session_id", "relative_time", "counter", "name", "weekday", "nonce"))}
 CUE_CONFIDENCE = 0.97
 MAX_GAP = 12
-TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/_=-.")
 MONTH_HEADS = frozenset(name[:3] for name in MONTHS)
 CJK_TIME_CHARS = ("点", "點", "時", "时")
 NAME_LITERALS_EN = tuple(w for w in NAME_LITERALS if w.isascii())
@@ -70,20 +65,6 @@ NAME_LITERALS_ZH = tuple(w for w in NAME_LITERALS if not w.isascii() and not _ka
 NAME_LITERALS_JA = tuple(w for w in NAME_LITERALS if not w.isascii() and _kana(w))
 COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w.isascii())
 COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
-Window = tuple[int, int]
-
-
-@dataclass(slots=True)
-class DigitWindow:
-    """A stretch of text around digit clusters, with what decides which families run."""
-
-    start: int
-    end: int
-    longest: int
-    """Longest run of digits."""
-    digits: int
-    tokenish: bool
-    """Some digits touch letters: an id, a hash, a nonce."""
 
 
 class Detector:
@@ -100,8 +81,8 @@ class Detector:
         today = dt.datetime.fromtimestamp(now, dt.UTC).date()
         hits = list(self._digit_hits(t, now, today))
         hits.extend(self._literal_hits(t, today))
-        hits = _longest_wins(hits)
-        hits = _longest_wins(hits + list(self._adjacent_weekdays(t, hits)))
+        hits = longest_wins(hits)
+        hits = longest_wins(hits + list(self._adjacent_weekdays(t, hits)))
         hits = self._context(t, self._compose(t, hits))
         out = []
         for hit in hits:
@@ -137,7 +118,7 @@ class Detector:
                     a -= 1
             windows.append(DigitWindow(a, b, longest, digits, tokenish))
         for window in windows:  # end where a token ends: no match is cut short by the edge
-            window.end = _token_end(t, window.end)
+            window.end = token_end(t, window.end)
         return windows
 
     @staticmethod
@@ -199,22 +180,22 @@ class Detector:
                 found += [ids.uuid(m, now) for m in p.uuid.finditer(t, a, b)]
             if window.tokenish or window.longest >= 16:
                 found += [ids.ulid(m, now) for m in p.ulid.finditer(t, a, b)]
-                found += [ids.hex_id(m, _before(t, m.start()), p.fingerprint_before)
+                found += [ids.hex_id(m, text_before(t, m.start()), p.fingerprint_before)
                           for m in p.hex_id.finditer(t, a, b)]
                 found += [ids.nonce(m) for m in p.nonce.finditer(t, a, b)]
             if (dash or "_" in w) and (window.tokenish or window.longest >= 6):
                 found += [self._prefixed(t, m) for m in p.prefixed_id.finditer(t, a, b)]
             if w.count(".") >= 3:
-                found += [ids.ipv4(m, _before(t, m.start()), p.version_before)
+                found += [ids.ipv4(m, text_before(t, m.start()), p.version_before)
                           for m in p.ipv4.finditer(t, a, b)]
             if w.count(":") >= 2:
                 found += [ids.ipv6(m) for m in p.ipv6.finditer(t, a, b)]
             if window.digits >= 7 or "+" in w or "(" in w:
                 found += [ids.phone(m) for m in p.phone.finditer(t, a, b)]
             if any(x in w for x in ("st ", "nd ", "rd ", "th ")):
-                found += [_group_hit(m, "n", "counter", 0.8)
+                found += [group_hit(m, "n", "counter", 0.8)
                           for m in p.counter_ordinal.finditer(t, a, b)]
-            yield from _valid(t, b, found)
+            yield from valid(t, b, found)
 
     def _prefixed(self, t: str, match: re.Match[str]) -> Hit | None:
         before = self.patterns.prefix_before.search(t, max(0, match.start() - 8), match.start())
@@ -226,7 +207,7 @@ class Detector:
         return Hit(hit.kind, before.start(), match.end(), hit.confidence, hit.detail)
 
     def _not_version(self, t: str, match: re.Match[str], hit: Hit | None) -> Hit | None:
-        if hit is not None and self.patterns.version_before.search(_before(t, match.start())):
+        if hit is not None and self.patterns.version_before.search(text_before(t, match.start())):
             return None
         return hit
 
@@ -238,31 +219,31 @@ class Detector:
         if len(lowered) != len(t):
             lowered = t
         n = len(t)
-        for a, b in _merged(_find_all(t, "@", 64, 260), n):
-            yield from _valid(t, b, [ids.email(m) for m in p.email.finditer(t, a, b)])
-        for a, b in _merged(((i, i + 12400) for i in _positions(t, "eyJ")), n):
-            yield from _valid(t, b, [ids.jwt(m) for m in p.jwt.finditer(t, a, b)])
-        numeral_years = (i for i in _positions(t, "年") if i and t[i - 1] in "〇零一二三四五六七八九")
-        for a, b in _merged(((i - 4, i + 10) for i in numeral_years), n):
-            yield from _valid(t, b, [temporal.cjk_numeral_date(m, today)
+        for a, b in merged(find_all(t, "@", 64, 260), n):
+            yield from valid(t, b, [ids.email(m) for m in p.email.finditer(t, a, b)])
+        for a, b in merged(((i, i + 12400) for i in positions(t, "eyJ")), n):
+            yield from valid(t, b, [ids.jwt(m) for m in p.jwt.finditer(t, a, b)])
+        numeral_years = (i for i in positions(t, "年") if i and t[i - 1] in "〇零一二三四五六七八九")
+        for a, b in merged(((i - 4, i + 10) for i in numeral_years), n):
+            yield from valid(t, b, [temporal.cjk_numeral_date(m, today)
                                      for m in p.cjk_numeral_date.finditer(t, a, b)])
-        for a, b in _merged(_find_words(lowered, NAME_LITERALS_EN, 48, 64), n):
-            yield from _valid(t, b, [self._name_en(m) for m in p.name_en.finditer(t, a, b)])
-        for a, b in _merged(_find_words(t, NAME_LITERALS_ZH, 8, 24), n):
-            yield from _valid(t, b, [self._name_zh(m) for m in p.name_zh.finditer(t, a, b)])
-        for a, b in _merged(_find_words(t, NAME_LITERALS_JA, 12, 24), n):
-            yield from _valid(t, b, [self._name_ja(m) for m in p.name_ja.finditer(t, a, b)])
-        for a, b in _merged(_find_words(lowered, COUNTER_LITERALS_EN, 48, 48), n):
-            found = [_group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
-            found += [_group_hit(m, "n", "counter", 0.7)
+        for a, b in merged(find_words(lowered, NAME_LITERALS_EN, 48, 64), n):
+            yield from valid(t, b, [names.name_en(m) for m in p.name_en.finditer(t, a, b)])
+        for a, b in merged(find_words(t, NAME_LITERALS_ZH, 8, 24), n):
+            yield from valid(t, b, [names.name_zh(m) for m in p.name_zh.finditer(t, a, b)])
+        for a, b in merged(find_words(t, NAME_LITERALS_JA, 12, 24), n):
+            yield from valid(t, b, [names.name_ja(m) for m in p.name_ja.finditer(t, a, b)])
+        for a, b in merged(find_words(lowered, COUNTER_LITERALS_EN, 48, 48), n):
+            found = [group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
+            found += [group_hit(m, "n", "counter", 0.7)
                       for m in p.counter_position.finditer(t, a, b)]
-            yield from _valid(t, b, found)
-        for a, b in _merged(_find_words(t, COUNTER_LITERALS_CJK, 8, 16), n):
-            yield from _valid(t, b, [
-                _group_hit(m, next(g for g in ("n1", "n2", "n3") if m[g]), "counter", 0.85)
+            yield from valid(t, b, found)
+        for a, b in merged(find_words(t, COUNTER_LITERALS_CJK, 8, 16), n):
+            yield from valid(t, b, [
+                group_hit(m, next(g for g in ("n1", "n2", "n3") if m[g]), "counter", 0.85)
                 for m in p.counter_cjk.finditer(t, a, b)])
-        for a, b in _merged(_find_words(lowered, CUE_LITERALS, 0, 48), n):
-            yield from _valid(t, b, [temporal.weekday(m) for m in p.weekday.finditer(t, a, b)])
+        for a, b in merged(find_words(lowered, CUE_LITERALS, 0, 48), n):
+            yield from valid(t, b, [temporal.weekday(m) for m in p.weekday.finditer(t, a, b)])
 
     def _adjacent_weekdays(self, t: str, hits: list[Hit]) -> Iterator[Hit]:
         """``Monday,`` before a date, ``（月）`` or ``星期一`` after one."""
@@ -282,37 +263,6 @@ class Detector:
                         yield found
                 break
 
-    @staticmethod
-    def _name_en(match: re.Match[str]) -> Hit | None:
-        words = match["name"].split()
-        if any(w.lower().strip("'’-") in EN_NOT_NAMES for w in words):
-            return None
-        confidence = 0.6 if match.group(0)[:4].lower() in ("name", "full") else 0.8
-        return Hit("name", match.start("name"), match.end("name"), confidence)
-
-    @staticmethod
-    def _name_zh(match: re.Match[str]) -> Hit | None:
-        group = "name" if match["name"] else "name2"
-        name, start = match[group], match.start(group)
-        for honorific in ZH_HONORIFICS:
-            name = name.removesuffix(honorific)
-        if group == "name2":  # trim leading words until a surname starts the name
-            while len(name) >= 2 and name[0] not in ZH_SURNAMES and name[:2] not in ZH_COMPOUND_SURNAMES:
-                name, start = name[1:], start + 1
-        compound = name[:2] in ZH_COMPOUND_SURNAMES
-        if len(name) < 2 or not (compound or name[0] in ZH_SURNAMES):
-            return None
-        name = name[:4] if compound else name[:3]
-        return Hit("name", start, start + len(name), 0.8)
-
-    @staticmethod
-    def _name_ja(match: re.Match[str]) -> Hit | None:
-        group = "name" if match["name"] else "name2"
-        name = match[group]
-        if name.endswith(JA_NOT_NAME_ENDINGS):
-            return None
-        return Hit("name", match.start(group), match.end(group), 0.75)
-
     # -- composition and context ----------------------------------------------------------
 
     def _compose(self, t: str, hits: list[Hit]) -> list[Hit]:
@@ -323,7 +273,7 @@ class Detector:
                 chain.append(hit)
                 continue
             if chain:
-                out.append(_merge(chain))
+                out.append(merge(chain))
                 chain = []
             if hit.kind in TEMPORAL:
                 chain = [hit]
@@ -335,8 +285,8 @@ class Detector:
         gap = t[chain[-1].end:hit.start]
         if len(gap) > MAX_GAP or "\n" in gap or not self.patterns.temporal_gap.fullmatch(gap):
             return False
-        parts = _parts(chain)
-        new = _parts([hit])
+        parts = pieces(chain)
+        new = pieces([hit])
         return not (parts & new)
 
     def _context(self, t: str, hits: list[Hit]) -> list[Hit]:
@@ -369,108 +319,3 @@ class Detector:
                     or self.patterns.time_range_before.search(before))
 
 
-def _before(t: str, index: int) -> str:
-    return t[max(0, index - 24):index]
-
-
-def _token_end(t: str, index: int) -> int:
-    """Grow a window's end to the end of the token it cuts (a space or newline)."""
-    high = min(len(t), index + TOKEN_REACH)
-    ends = [i for i in (t.find(" ", index, high), t.find("\n", index, high)) if i >= 0]
-    return min(ends) if ends else high
-
-
-def _positions(t: str, literal: str) -> Iterator[int]:
-    index = t.find(literal)
-    while index != -1:
-        yield index
-        index = t.find(literal, index + 1)
-
-
-def _find_all(t: str, literal: str, before: int, after: int) -> Iterator[Window]:
-    for index in _positions(t, literal):
-        yield index - before, index + len(literal) + after
-
-
-def _find_words(lowered: str, literals: Iterable[str], before: int,
-                after: int) -> list[Window]:
-    """Windows around each literal; ASCII literals only where a word starts."""
-    out: list[Window] = []
-    for literal in literals:
-        word = literal[0].isascii() and literal[0].isalpha()
-        for index in _positions(lowered, literal):
-            if word and index and lowered[index - 1].isalpha():
-                continue
-            out.append((index - before, index + len(literal) + after))
-    return out
-
-
-def _merged(windows: Iterable[Window], n: int) -> list[Window]:
-    out: list[Window] = []
-    for a, b in sorted(windows):
-        a, b = max(0, a), min(n, b)
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _valid(t: str, b: int, found: Sequence[Hit | None]) -> Iterator[Hit]:
-    """Drop failed validations, and hits that end where a window cut a word."""
-    cut = b < len(t) and t[b - 1:b + 1].isalnum()
-    for hit in found:
-        if hit is not None and not (cut and hit.end == b):
-            yield hit
-
-
-def _group_hit(match: re.Match[str], group: str, kind: str, confidence: float) -> Hit:
-    return Hit(kind, match.start(group), match.end(group), confidence)
-
-
-def _parts(chain: list[Hit]) -> set[str]:
-    parts: set[str] = set()
-    for hit in chain:
-        if hit.kind == "timestamp":
-            parts |= {"date", "time"}
-        else:
-            parts.add(hit.kind)
-    return parts
-
-
-def _merge(chain: list[Hit]) -> Hit:
-    if len(chain) == 1:
-        return chain[0]
-    parts = _parts(chain)
-    kind = ("timestamp" if {"date", "time"} <= parts else
-            "date" if "date" in parts else "time" if "time" in parts else "weekday")
-    if kind == "time" and all(h.detail == "round" for h in chain if h.kind == "time"):
-        return Hit(kind, chain[0].start, chain[-1].end, chain[0].confidence, "round")
-    detail = " ".join(h.detail for h in chain if h.detail and h.detail not in ("round", "short",
-                                                                              "long", "paren"))
-    confidence = max(h.confidence for h in chain if h.kind != "weekday") if parts != {
-        "weekday"} else chain[0].confidence
-    if kind == "timestamp":
-        confidence = max(confidence, 0.9)
-    return Hit(kind, chain[0].start, chain[-1].end, confidence, detail)
-
-
-def _longest_wins(hits: list[Hit]) -> list[Hit]:
-    """Keep non-overlapping hits, longest first; ties go to confidence, then specificity."""
-    ranked = sorted(hits, key=lambda h: (-(h.end - h.start), -h.confidence,
-                                         PRIORITY.get(h.kind, 99), h.start))
-    starts: list[int] = []
-    ends: list[int] = []
-    kept: list[Hit] = []
-    for hit in ranked:
-        if hit.end <= hit.start:
-            continue
-        index = bisect_left(starts, hit.start)
-        if index > 0 and ends[index - 1] > hit.start:
-            continue
-        if index < len(starts) and starts[index] < hit.end:
-            continue
-        starts.insert(index, hit.start)
-        ends.insert(index, hit.end)
-        kept.append(hit)
-    return sorted(kept, key=lambda h: h.start)
