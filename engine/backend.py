@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Mapping, Protocol
 
 
+DROP_REQUEST_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encoding",
+                                  "accept-encoding", "keep-alive", "upgrade", "te"})
+"""Hop-by-hop and length headers: the gateway's to set, not the client's to forward."""
+
+
 @dataclass(frozen=True, slots=True)
 class Timeouts:
     connect: float = 5.0

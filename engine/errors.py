@@ -6,8 +6,9 @@
     ├── ReplicaTimeout          no first byte, or idle between chunks too long
     └── ReplicaStreamBroken     the replica failed after bytes were sent
 
-httpx's exceptions are translated here, at the one boundary where they enter
-(``engine.remote``); nothing above this layer sees an httpx type.
+The HTTP libraries' exceptions are translated where they enter (``engine.remote``
+for aiohttp, ``engine.httpx_backend`` for httpx); nothing above this layer
+sees their types.
 """
 
 from __future__ import annotations

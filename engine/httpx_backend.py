@@ -1,4 +1,8 @@
-"""Remote backend: a vLLM OpenAI server over HTTP, one pooled client per replica."""
+"""A backend over an httpx transport: in-process engines and faked replicas.
+
+The in-process engine plugs its ASGI transport in here; unit tests plug
+``httpx.MockTransport``. Remote replicas use the faster ``engine.remote``.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,12 @@ from typing import AsyncIterator, Mapping
 
 import httpx
 
-from .backend import Timeouts, UpstreamResponse
+from .backend import DROP_REQUEST_HEADERS, Timeouts, UpstreamResponse
 from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
 
-# Hop-by-hop and length headers are the gateway's to set, not the replica's.
-_DROP_REQUEST_HEADERS = {"host", "content-length", "connection", "transfer-encoding",
-                         "accept-encoding", "keep-alive", "upgrade", "te"}
 
 
-class RemoteBackend:
+class HttpxBackend:
     def __init__(
         self,
         replica_id: str,
@@ -41,7 +42,7 @@ class RemoteBackend:
         )
 
     async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        out_headers = {k: v for k, v in headers.items() if k.lower() not in _DROP_REQUEST_HEADERS}
+        out_headers = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
         out_headers.update(self._auth)
         out_headers["content-type"] = "application/json"
         request = self._client.build_request("POST", path, content=body, headers=out_headers)

@@ -4,7 +4,7 @@ The engine is served through vLLM's *own* OpenAI layer: the same FastAPI app
 ``vllm serve`` builds (``build_app`` + ``init_app_state``), bound to an
 ``AsyncLLM`` created here from engine arguments. The gateway reaches that app
 through :class:`engine.asgi_stream.StreamingASGITransport`, so an in-process
-replica is driven by the same ``RemoteBackend`` code as a remote one —
+replica is driven through the same ``Backend`` protocol as a remote one —
 request and response bytes, SSE chunks, errors, ``/metrics`` (vLLM's
 Prometheus series), ``/tokenize`` and KV-cache events are vLLM's, with no
 network hop and no second server process to run.

@@ -18,6 +18,7 @@ from fastapi import FastAPI
 
 from engine.backend import Backend, Timeouts
 from engine.pool import ReplicaPool, ReplicaSpec
+from engine.httpx_backend import HttpxBackend
 from engine.remote import RemoteBackend
 from policies.registry import default_registry
 
@@ -53,9 +54,13 @@ def build_backends(settings: Settings,
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
                            block_size=cfg.block_size)
-        backend = RemoteBackend(replica_id, cfg.url, timeouts,
-                                transport=transport(replica_id) if transport else None,
-                                api_key=cfg.api_key)
+        supplied = transport(replica_id) if transport else None
+        backend: Backend
+        if supplied is not None:  # an in-process engine, or a test's fake replica
+            backend = HttpxBackend(replica_id, cfg.url, timeouts, transport=supplied,
+                                   api_key=cfg.api_key)
+        else:
+            backend = RemoteBackend(replica_id, cfg.url, timeouts, api_key=cfg.api_key)
         out.append((spec, backend))
     return out
 

@@ -2,7 +2,7 @@
 
 Contender names are ``kind:variant``:
 
-* ``prefixgate:<policy>``: ``python -m gateway.cli serve --config FILE`` with
+* ``prefixgate:<policy>[?option=value&...]``: ``python -m gateway.cli serve --config FILE`` with
   the replicas, the model and its tokenizer (the one the sims use) and that
   policy; ``prefixgate:default`` leaves the policy unset. ``precise`` also
   needs each replica's KV-event endpoints in the replica settings
@@ -62,9 +62,8 @@ class ContenderSpec:
     def name(self) -> str:
         return f"{self.kind}:{self.variant}"
 
-    @classmethod
     def needs_kv_events(self) -> bool:
-        return self.name in NEEDS_KV_EVENTS
+        return self.name.partition("?")[0] in NEEDS_KV_EVENTS
 
     @classmethod
     def parse(cls, text: str) -> ContenderSpec:
@@ -123,8 +122,13 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
     settings: dict[str, object] = {"host": "127.0.0.1", "port": port, "replicas": entries,
                                    "models": [{"name": model, "tokenizer": tokenizer}],
                                    "log_level": "warning"}
-    if spec.variant != "default":
-        settings["policy"] = spec.variant
+    policy, _, query = spec.variant.partition("?")
+    if policy != "default":
+        settings["policy"] = policy
+    if query:  # e.g. prefix?scorer=threshold&running_request_seconds=0.002
+        settings["policy_options"] = {
+            key: yaml.safe_load(value)
+            for key, _, value in (item.partition("=") for item in query.split("&"))}
     config = log_dir / f"{spec.name.replace(':', '-')}.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(settings))

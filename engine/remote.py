@@ -1,0 +1,121 @@
+"""Remote backend: a vLLM OpenAI server over HTTP with aiohttp.
+
+One ``aiohttp.ClientSession`` per replica with a keep-alive pool. aiohttp
+parses HTTP in C and its pool does not rescan every connection per request,
+which matters at hundreds of concurrent streams (httpx/httpcore spent most of
+the gateway's CPU in pool bookkeeping and pure-Python chunk parsing; see
+BENCHMARKS.md). Timeouts are enforced per phase: connect, first byte (the
+status line, which for a non-streaming answer comes when it is complete),
+and idle time between two body chunks.
+
+Keep-alive connections are dropped after 2 s idle — less than vLLM's
+(uvicorn's) 5 s — so the gateway does not write into a connection the server
+is closing. If that race still happens (the server closes a reused
+connection before answering), the request is sent once more on a fresh
+connection: the replica never saw it. aiohttp's exceptions are translated
+here into ``engine.errors`` types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import AsyncIterator, Mapping
+
+import aiohttp
+
+from .backend import DROP_REQUEST_HEADERS, Timeouts, UpstreamResponse
+from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
+
+_READ_CHUNK = 65536
+
+
+class RemoteBackend:
+    def __init__(self, replica_id: str, base_url: str, timeouts: Timeouts,
+                 max_connections: int = 1000, api_key: str | None = None) -> None:
+        self.replica_id = replica_id
+        self.base_url = base_url.rstrip("/")
+        self.timeouts = timeouts
+        self.max_connections = max_connections
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Created on first use: a session belongs to the running event loop.
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
+                                             keepalive_timeout=2.0, ttl_dns_cache=60)
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=False,
+                timeout=aiohttp.ClientTimeout(total=None, connect=self.timeouts.connect,
+                                              sock_connect=self.timeouts.connect))
+        return self._session
+
+    async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
+        out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
+        out.update(self._auth)
+        out["content-type"] = "application/json"
+        url = self.base_url + path
+        for attempt in (1, 2):
+            try:
+                async with asyncio.timeout(self.timeouts.first_byte):
+                    response = await self._client().post(url, data=body, headers=out)
+                break
+            except TimeoutError:
+                raise ReplicaTimeout(self.replica_id, "no response before the first-byte timeout",
+                                     before_first_byte=True) from None
+            except aiohttp.ClientConnectorError as exc:
+                raise ReplicaUnavailable(self.replica_id, f"cannot connect: {exc}") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if attempt == 2:  # a fresh connection failed too: the replica is in trouble
+                    raise ReplicaUnavailable(self.replica_id,
+                                             f"{type(exc).__name__}: {exc}") from None
+            except aiohttp.ClientError as exc:
+                raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+        return UpstreamResponse(
+            status_code=response.status,
+            headers={k.lower(): v for k, v in response.headers.items()},
+            chunks=self._chunks(response),
+            close=self._closer(response),
+        )
+
+    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+        content = response.content
+        while True:
+            try:
+                async with asyncio.timeout(self.timeouts.idle):
+                    chunk = await content.readany()
+            except TimeoutError:
+                raise ReplicaTimeout(self.replica_id, "stream idle for too long",
+                                     before_first_byte=False) from None
+            except (aiohttp.ClientError, ConnectionError) as exc:
+                raise ReplicaStreamBroken(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+            if not chunk:
+                if content.at_eof():
+                    return
+                continue
+            yield chunk
+
+    @staticmethod
+    def _closer(response: aiohttp.ClientResponse):  # type: ignore[no-untyped-def]
+        async def close() -> None:
+            # A body read to its end goes back to the pool; otherwise the
+            # connection is closed, which tells vLLM to abort the request.
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+        return close
+
+    async def get(self, path: str) -> tuple[int, bytes]:
+        try:
+            async with asyncio.timeout(self.timeouts.probe):
+                async with self._client().get(self.base_url + path, headers=self._auth) as r:
+                    return r.status, await r.read()
+        except TimeoutError:
+            raise ReplicaUnavailable(self.replica_id, f"GET {path} timed out") from None
+        except aiohttp.ClientError as exc:
+            raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
