@@ -55,11 +55,11 @@ def test_detector_on_one_megabyte(detector: Detector, name: str) -> None:
 
 def test_every_pattern_alone_is_linear() -> None:
     patterns = [p for p in vars(PatternSet()).values() if isinstance(p, re.Pattern)]
-    inputs = [text[:100_000] for text in ADVERSARIAL.values()]
+    inputs = [text[:50_000] for text in ADVERSARIAL.values()]
     started = time.process_time()
     for pattern in patterns:
         for text in inputs:
             for _ in pattern.finditer(text):
                 pass
-    # ~45 patterns x 18 inputs x 100 kB: seconds if linear, hours if any is quadratic.
-    assert time.process_time() - started < 3 * BUDGET_SECONDS
+    # ~45 patterns x 18 inputs x 50 kB: seconds if linear, hours if any is quadratic.
+    assert time.process_time() - started < 2 * BUDGET_SECONDS
