@@ -19,35 +19,33 @@ from __future__ import annotations
 
 import re
 
-MONTHS: dict[str, int] = {}
+MONTH_NAMES = (
+    "january jan enero ene janvier janv januar jän",
+    "february feb febrero février févr fevrier februar",
+    "march mar marzo mars märz maerz",
+    "april apr abril avril",
+    "may mayo mai",
+    "june jun junio juin juni",
+    "july jul julio juillet juil juli",
+    "august aug agosto août aout",
+    "september sep sept septiembre septembre",
+    "october oct octubre octobre oktober okt",
+    "november nov noviembre novembre",
+    "december dec diciembre décembre decembre dezember dez")
+MONTHS: dict[str, int] = {name: number for number, names in enumerate(MONTH_NAMES, start=1)
+                          for name in names.split()}
 """Month names and abbreviations (en, es, fr, de), lower case -> month number."""
-for _number, _names in enumerate((
-        "january jan enero ene janvier janv januar jän",
-        "february feb febrero février févr fevrier februar",
-        "march mar marzo mars märz maerz",
-        "april apr abril avril",
-        "may mayo mai",
-        "june jun junio juin juni",
-        "july jul julio juillet juil juli",
-        "august aug agosto août aout",
-        "september sep sept septiembre septembre",
-        "october oct octubre octobre oktober okt",
-        "november nov noviembre novembre",
-        "december dec diciembre décembre decembre dezember dez"), start=1):
-    for _name in _names.split():
-        MONTHS[_name] = _number
 
-WEEKDAYS: dict[str, int] = {}
-for _number, _names in enumerate((
-        "monday mon lunes lundi montag",
-        "tuesday tue tues martes mardi dienstag",
-        "wednesday wed miércoles miercoles mercredi mittwoch",
-        "thursday thu thur thurs jueves jeudi donnerstag",
-        "friday fri viernes vendredi freitag",
-        "saturday sat sábado sabado samedi samstag",
-        "sunday sun domingo dimanche sonntag"), start=0):
-    for _name in _names.split():
-        WEEKDAYS[_name] = _number
+WEEKDAY_NAMES = (
+    "monday mon lunes lundi montag",
+    "tuesday tue tues martes mardi dienstag",
+    "wednesday wed miércoles miercoles mercredi mittwoch",
+    "thursday thu thur thurs jueves jeudi donnerstag",
+    "friday fri viernes vendredi freitag",
+    "saturday sat sábado sabado samedi samstag",
+    "sunday sun domingo dimanche sonntag")
+WEEKDAYS: dict[str, int] = {name: number for number, names in enumerate(WEEKDAY_NAMES)
+                            for name in names.split()}
 LONG_WEEKDAYS = frozenset(name for name in WEEKDAYS if len(name) > 3)
 
 CJK_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
