@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -65,10 +66,16 @@ def build_router(state: GatewayState) -> APIRouter:
         model = resolve_model(state, body.model)
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         session_key = request.headers.get("x-session-id") or body.user
-        route_request = await state.describe(model, data, kind, session_key, request_id)
-        lint_warnings = await state.lint_prefix(
-            model, data, kind, request.headers.get("authorization") or body.user)
-        routed = state.router.decide(route_request)
+        # The prompt lint runs beside the request, not before it: its count is
+        # only needed for the response headers, at the replica's first byte.
+        lint = asyncio.ensure_future(state.lint_prefix(
+            model, data, kind, request.headers.get("authorization") or body.user))
+        try:
+            route_request = await state.describe(model, data, kind, session_key, request_id)
+            routed = state.router.decide(route_request)
+        except BaseException:
+            lint.cancel()
+            raise
         headers = {"x-request-id": request_id}
         for name in ("authorization", "traceparent", "tracestate"):
             if name in request.headers:
@@ -79,7 +86,8 @@ def build_router(state: GatewayState) -> APIRouter:
         def finish(outcome: Outcome) -> None:
             state.record(model, routed, outcome, started)
 
-        def response_headers(replica_id: str) -> dict[str, str]:
+        async def response_headers(replica_id: str) -> dict[str, str]:
+            lint_warnings = await lint
             return {
                 "x-prefixgate-replica": replica_id,
                 "x-request-id": request_id,
@@ -87,9 +95,13 @@ def build_router(state: GatewayState) -> APIRouter:
                 **({"x-prefixgate-lint": str(lint_warnings)} if lint_warnings is not None else {}),
             }
 
-        return await state.proxy.forward(
-            request, path, forward_body, routed.decision.order, bool(body.stream), headers,
-            started, finish, response_headers)
+        try:
+            return await state.proxy.forward(
+                request, path, forward_body, routed.decision.order, bool(body.stream), headers,
+                started, finish, response_headers)
+        finally:
+            if not lint.done():
+                lint.cancel()
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -73,7 +73,7 @@ class Proxy:
         headers: Mapping[str, str],
         started: float,
         on_finish: Finish,
-        response_headers: Callable[[str], dict[str, str]],
+        response_headers: Callable[[str], Awaitable[dict[str, str]]],
     ) -> Response | RelayStream:
         outcome = Outcome()
         last_error: EngineError | None = None
@@ -86,8 +86,9 @@ class Proxy:
                 if stream and upstream.status_code == 200:
                     first = await self._first_chunk(upstream)
                     outcome.ttft = self.clock() - started
+                    ours = await response_headers(replica_id)
                     return self._relay(upstream, first, replica_id, outcome, stack, on_finish,
-                                       self._headers(upstream, response_headers(replica_id)))
+                                       self._headers(upstream, ours))
                 payload = await self._read_all(request, upstream)
                 if payload is None:
                     stack.close()
@@ -113,7 +114,7 @@ class Proxy:
                 outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
             on_finish(outcome)
             return Response(payload, status_code=upstream.status_code,
-                            headers=self._headers(upstream, response_headers(replica_id)))
+                            headers=self._headers(upstream, await response_headers(replica_id)))
         message = last_error.detail if last_error else "no replica could be tried"
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
