@@ -9,9 +9,9 @@ above this protocol branches on which implementation it holds.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import AsyncIterator, Awaitable, Callable, Mapping, Protocol
-
+from typing import Protocol
 
 DROP_REQUEST_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encoding",
                                   "accept-encoding", "keep-alive", "upgrade", "te"})

@@ -7,13 +7,12 @@ The in-process engine plugs its ASGI transport in here; unit tests plug
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
 from .backend import DROP_REQUEST_HEADERS, Timeouts, UpstreamResponse
 from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
-
 
 
 class HttpxBackend:

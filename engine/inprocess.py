@@ -21,7 +21,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 

@@ -20,8 +20,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 import orjson
 

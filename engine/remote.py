@@ -19,7 +19,7 @@ here into ``engine.errors`` types.
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 

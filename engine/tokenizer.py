@@ -20,7 +20,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 
 class RenderError(ValueError):

@@ -11,26 +11,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 from fastapi import FastAPI
 
 from engine.backend import Backend, Timeouts
-from engine.pool import ReplicaPool, ReplicaSpec
 from engine.httpx_backend import HttpxBackend
+from engine.pool import ReplicaPool, ReplicaSpec
 from engine.remote import RemoteBackend
 from policies.registry import default_registry
 
 from . import errors
+from .api import build_router
+from .config import Settings
 from .hashers import HasherSet
+from .inprocess import start_inprocess
+from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
 from .lint.service import LintService
 from .lint_api import build_lint_router
-from .inprocess import start_inprocess
-from .kv_feed import KVFeed
-from .api import build_router
-from .config import Settings
 from .metrics import GatewayMetrics
 from .ops_routes import build_ops_router
 from .ops_sampler import OpsSampler

@@ -11,7 +11,8 @@ import argparse
 import contextlib
 import logging
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 

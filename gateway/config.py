@@ -9,7 +9,8 @@ precedence (flags win).
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -113,7 +114,7 @@ class ReplicaSettings(Strict):
         return value.rstrip("/")
 
     @model_validator(mode="after")
-    def _kind_needs(self) -> "ReplicaSettings":
+    def _kind_needs(self) -> ReplicaSettings:
         if self.kind == "inprocess" and self.vllm is None:
             raise ValueError("an inprocess replica needs its vllm launch arguments (vllm.model)")
         if self.kind == "remote" and self.url == "http://inprocess":

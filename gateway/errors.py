@@ -20,8 +20,9 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from .jsonresp import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .jsonresp import JSONResponse
 
 log = logging.getLogger("prefixgate.errors")
 

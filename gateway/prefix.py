@@ -28,10 +28,11 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Hashable, Mapping, Sequence, TypeVar
+from typing import Any, Generic, TypeVar
 
-from engine.tokenizer import RenderError, Renderer
+from engine.tokenizer import Renderer, RenderError
 from policies.hashing import chain_seed, extend
 from policies.types import RouteRequest
 
@@ -107,7 +108,7 @@ class PromptHasher:
 
     def _splitter(self) -> re.Pattern[str] | None:
         """A regex that cuts text at added tokens, if doing so is provably safe."""
-        added = getattr(self.renderer, "added_tokens", lambda: [])()
+        added = getattr(self.renderer, "added_tokens", list)()
         if not added:
             return None
         pattern = re.compile("(" + "|".join(re.escape(t) for t in

@@ -18,8 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response

@@ -8,8 +8,8 @@ learn from a request once it was sent.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from engine.pool import ReplicaPool
 from policies.base import Policy

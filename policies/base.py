@@ -10,7 +10,8 @@ decision can be replayed or simulated without side effects.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
 

@@ -10,9 +10,8 @@ a map from engine hashes to ours.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
-EngineHash = Union[int, bytes]
+EngineHash = int | bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +36,7 @@ class AllBlocksCleared:
     pass
 
 
-KVEvent = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+KVEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,9 @@ Parameters: none.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .base import healthy
 from .options import parse_options
@@ -31,7 +32,7 @@ class RoundRobin:
         self._counter = 0
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> "RoundRobin":
+    def from_options(cls, options: Mapping[str, Any]) -> RoundRobin:
         return cls(parse_options(RoundRobinConfig, options, cls.name))
 
     def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:

@@ -8,8 +8,8 @@ awaits, no I/O, no clock it was not handed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ Every test here is skipped, loudly, when the real-engine setup is absent;
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -8,13 +8,13 @@ arguments and one remote vLLM server.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
-from engine.vllm_local import LocalReplica, ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import ReplicaSpec, running_replicas
 from tests.support.gateway import GatewayProcess
 
 from .conftest import MODEL, gateway_settings, setup_or_skip

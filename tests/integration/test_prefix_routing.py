@@ -12,7 +12,7 @@ import asyncio
 import random
 import time
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -26,8 +26,7 @@ from tests.support.sim import SimProcess
 from .conftest import MODEL, gateway_settings, sim_args
 
 APPS, USERS, TURNS = 32, 3, 3
-WORDS = ("policy refund order shipping account invoice warranty premium support tier "
-         "region latency model cache token block replica answer question customer").split()
+WORDS = ["policy", "refund", "order", "shipping", "account", "invoice", "warranty", "premium", "support", "tier", "region", "latency", "model", "cache", "token", "block", "replica", "answer", "question", "customer"]
 
 
 def system_prompt(app: int) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -97,5 +97,5 @@ def test_stream_cut_by_dying_replica_raises_and_others_keep_serving(cluster) -> 
     metrics = httpx.get(gw.url + "/metrics").text
     assert f'prefixgate_stream_errors_total{{replica="s{sims.index(victim)}"}} 1.0' in metrics
     for replica in ("s0", "s1"):
-        wait_for(lambda: f'prefixgate_replica_inflight_requests{{replica="{replica}"}} 0.0' in
-                 httpx.get(gw.url + "/metrics").text)
+        wait_for(lambda r=replica: f'prefixgate_replica_inflight_requests{{replica="{r}"}} 0.0'
+                 in httpx.get(gw.url + "/metrics").text)

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import httpx
 import yaml
@@ -35,7 +35,7 @@ class GatewayProcess:
         self._config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
         self.log_path = self._config.name + ".log"
 
-    def start(self, wait_ready: bool = True, timeout: float = 60) -> "GatewayProcess":
+    def start(self, wait_ready: bool = True, timeout: float = 60) -> GatewayProcess:
         yaml.safe_dump(self.settings, self._config)
         self._config.flush()
         log = open(self.log_path, "ab")

@@ -7,8 +7,8 @@ accounting); everything a user relies on is tested against real servers.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 import httpx
 
