@@ -5,10 +5,11 @@
     python -m loadtest overhead [--concurrency 100 --prompt-len 2048 ...] --out DIR
     python -m loadtest compare  --replicas sim:4 --workload NAME [params] --out DIR
                                 [--contenders a,b,...] [--replica-args "..."]
+                                [--replicas vllm-cpu:2 --vllm-model M --vllm-blocks N]
     python -m loadtest workloads    list the workloads and their parameters
 
-Every load goes to 127.0.0.1 (the simulated replicas and routers this command
-starts, or the ``--target`` given) and is bounded by ``--max-duration``.
+Every load goes to 127.0.0.1 (the simulated or vLLM-on-CPU replicas and routers
+this command starts, or the ``--target`` given) and is bounded by ``--max-duration``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .overhead import overhead_command
 from .plots import write_plots
 from .report import write_outputs
 from .results import ContenderResult
+from .vllm_fleet import VLLM_CPU_MODELS
 from .workloads.mooncake import repo_root
 from .workloads.registry import (
     add_workload_arguments,
@@ -83,9 +85,16 @@ def parser() -> argparse.ArgumentParser:
     _limits_arguments(overhead)
 
     compare = commands.add_parser("compare", help="every router in front of the same replicas")
-    compare.add_argument("--replicas", default="sim:4", help="sim:N (simulated replicas)")
+    compare.add_argument("--replicas", default="sim:4",
+                         help="sim:N (simulated replicas) or vllm-cpu:N (real vLLM on CPU)")
     compare.add_argument("--replica-args", default="",
-                         help='extra flags for every sim, e.g. "--num-blocks 400 --time-scale 10"')
+                         help='extra flags for every replica, e.g. "--num-blocks 400 '
+                              '--time-scale 10" for sims')
+    compare.add_argument("--vllm-model", default="qwen2-small", choices=VLLM_CPU_MODELS,
+                         help="vllm-cpu: the model folder (default qwen2-small)")
+    compare.add_argument("--vllm-blocks", type=int, default=320,
+                         help="vllm-cpu: KV blocks of 32 tokens per replica "
+                              "(--num-gpu-blocks-override, default 320)")
     compare.add_argument("--contenders", default="all",
                          help="comma-separated names (see --list-contenders) or 'all'")
     compare.add_argument("--list-contenders", action="store_true",

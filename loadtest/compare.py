@@ -2,17 +2,19 @@
 
 Steps:
 
-1. start the simulated replicas (``--replicas sim:N``, their flags from
-   ``--replica-args``); they stay up for the whole comparison;
+1. start the replicas (``--replicas sim:N`` simulated, their flags from
+   ``--replica-args``; or ``vllm-cpu:N`` real vLLM-on-CPU servers, see
+   :mod:`.vllm_fleet`); they stay up for the whole comparison;
 2. for each contender in turn: empty every replica's prefix cache
-   (``POST /reset_prefix_cache``), start the contender in front of the same
-   replicas, drive the identical workload through it while watching the
-   replicas' own counters (:mod:`.measure`), stop it. A contender that cannot
-   be installed or started becomes a row "unavailable: <reason>" and the
-   comparison goes on;
+   (``POST /reset_prefix_cache``; verified on real vLLM), start the
+   contender in front of the same replicas, drive the identical workload
+   through it while watching the replicas' own counters (:mod:`.measure`),
+   stop it. A contender that cannot be installed or started becomes a row
+   "unavailable: <reason>" and the comparison goes on;
 3. compute the ideal bound from the prompts the first measured contender
    actually sent (identical for every contender: the sims answer a prompt
-   the same way whichever replica serves it, see :mod:`.sims`);
+   the same way whichever replica serves it, see :mod:`.sims`; the
+   shared-prefix workload's prompts do not depend on answers at all);
 4. write ``results.json``/``results.md``/``requests.jsonl`` and the plots.
 
 Sizing (documented in BENCHMARKS.md): ``--num-blocks`` per replica is
@@ -23,7 +25,7 @@ replica's does not — otherwise placement would not matter.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from .bound import ideal_hit_rate
 from .contenders import ContenderSpec, ContenderUnavailable, all_contenders, launch
+from .fleet import Fleet, SimFleet, StartedFleet, parse_replicas
 from .loop import loop_name, run
 from .machine import machine_info
 from .measure import MeasuredRun, RunLimits, Target, measure
@@ -38,7 +41,8 @@ from .plots import write_plots
 from .processes import ServiceGroup
 from .report import write_outputs
 from .results import ContenderResult
-from .sims import SimFleetSpec, SimReplica, reset_caches, start_sims
+from .sims import SimFleetSpec
+from .vllm_fleet import VllmCpuFleet
 from .workloads.base import Workload
 from .workloads.mooncake import repo_root
 from .workloads.registry import build_workload, workload_overrides
@@ -46,9 +50,9 @@ from .workloads.registry import build_workload, workload_overrides
 
 def fleet_spec(replicas: str, replica_args: str) -> SimFleetSpec:
     """``sim:N`` plus sim flags; the flags the harness must know are parsed out."""
-    kind, _, count = replicas.partition(":")
-    if kind != "sim" or not count.isdigit() or int(count) < 1:
-        raise ValueError(f"--replicas must be sim:N, got {replicas!r}")
+    choice = parse_replicas(replicas)
+    if choice.kind != "sim":
+        raise ValueError(f"fleet_spec is for sim:N, got {replicas!r}")
     known = argparse.ArgumentParser(add_help=False)
     known.add_argument("--num-blocks", type=int, default=1024)
     known.add_argument("--block-size", type=int, default=16)
@@ -58,10 +62,19 @@ def fleet_spec(replicas: str, replica_args: str) -> SimFleetSpec:
     known.add_argument("--tokenizer")
     known.add_argument("--served-model-name", default="sim-model")
     parsed, rest = known.parse_known_args(shlex.split(replica_args))
-    return SimFleetSpec(count=int(count), model=parsed.served_model_name,
+    return SimFleetSpec(count=choice.count, model=parsed.served_model_name,
                         tokenizer=parsed.tokenizer, block_size=parsed.block_size,
                         num_blocks=parsed.num_blocks, max_model_len=parsed.max_model_len,
                         time_scale=parsed.time_scale, seed=parsed.seed, extra_args=tuple(rest))
+
+
+def build_fleet(args: argparse.Namespace) -> Fleet:
+    choice = parse_replicas(args.replicas)
+    if choice.kind == "vllm-cpu":
+        return VllmCpuFleet(count=choice.count, model=args.vllm_model,
+                            num_blocks=args.vllm_blocks,
+                            extra_args=tuple(shlex.split(args.replica_args)))
+    return SimFleet(fleet_spec(args.replicas, args.replica_args))
 
 
 def select_contenders(text: str) -> list[ContenderSpec]:
@@ -70,9 +83,10 @@ def select_contenders(text: str) -> list[ContenderSpec]:
     return [ContenderSpec.parse(item.strip()) for item in text.split(",") if item.strip()]
 
 
-def _one(spec: ContenderSpec, workload: Workload, replicas: list[SimReplica], model: str,
+def _one(spec: ContenderSpec, workload: Workload, fleet: StartedFleet, model: str,
          tokenizer: str | None, limits: RunLimits, log_dir: Path) -> ContenderResult:
-    reset_caches(replicas)
+    fleet.reset()
+    replicas = fleet.replicas
     with ServiceGroup() as group:
         try:
             url = launch(spec, replicas, model, tokenizer, group, log_dir)
@@ -91,22 +105,22 @@ def _one(spec: ContenderSpec, workload: Workload, replicas: list[SimReplica], mo
     return ContenderResult(spec.name, run=measured, note=note)
 
 
-def compare(workload: Workload, fleet: SimFleetSpec, contenders: Sequence[ContenderSpec],
+def compare(workload: Workload, fleet: Fleet, contenders: Sequence[ContenderSpec],
             limits: RunLimits, out_dir: Path) -> tuple[list[ContenderResult], float | None, str]:
     log_dir = out_dir / "logs"
     results: list[ContenderResult] = []
-    with ServiceGroup() as sims:
-        replicas = start_sims(fleet, sims, log_dir)
+    with contextlib.ExitStack() as stack:
+        started = fleet.start(stack, log_dir)
         tokenizer = fleet.tokenizer_path()
         for spec in contenders:
             print(f"== {spec.name}", file=sys.stderr, flush=True)
-            results.append(_one(spec, workload, replicas, fleet.model, tokenizer, limits,
+            results.append(_one(spec, workload, started, fleet.model, tokenizer, limits,
                                 log_dir))
     first = next((r.run for r in results if r.run is not None), None)
     if first is None:
         return results, None, "no measured contender"
     bound, method = ideal_hit_rate(first.drive.prompts, fleet.tokenizer_path(),
-                                   fleet.num_blocks * fleet.count, fleet.block_size, fleet.model)
+                                   fleet.capacity_blocks(), fleet.block_size, fleet.model)
     return results, bound, method
 
 
@@ -117,24 +131,21 @@ def compare_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if not args.workload or args.out is None:
         raise ValueError("compare needs --workload and --out")
     workload = build_workload(args.workload, workload_overrides(args))
-    fleet = fleet_spec(args.replicas, args.replica_args)
+    fleet = build_fleet(args)
     contenders = select_contenders(args.contenders)
     if any(spec.needs_kv_events() for spec in contenders):
-        fleet = dataclasses.replace(fleet, kv_events=True)
+        fleet = fleet.with_kv_events()
     limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
                        sample_period=args.sample_period)
     results, bound, method = compare(workload, fleet, contenders, limits, args.out)
-    title = args.title or f"{workload.name} on {fleet.count} sims"
+    title = args.title or f"{workload.name} on {fleet.label()}"
     meta = {
         "command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),
         "machine": machine_info(repo_root()),
         "event_loop": loop_name(),
         "workload": {"name": workload.name, "requests": workload.request_count,
                      "pacing": workload.pacing.describe(), "params": workload.params},
-        "replicas": {"count": fleet.count, "num_blocks": fleet.num_blocks,
-                     "block_size": fleet.block_size, "time_scale": fleet.time_scale,
-                     "seed": fleet.seed, "extra_args": list(fleet.extra_args),
-                     "tokenizer": fleet.tokenizer_path()},
+        "replicas": fleet.describe(),
         "bound_method": method,
         "limits": {"max_duration": limits.max_duration,
                    "request_timeout": limits.request_timeout},
