@@ -1,0 +1,7 @@
+"""Calibrating the simulator against a real engine (``python -m loadtest.calibrate``).
+
+``stream`` times one request, ``probes`` runs the probe set, ``model`` fits
+the simulator's latency model, ``compare`` scores a simulator against the
+real measurements, ``targets`` starts the servers, ``result`` and ``report``
+hold and render the outcome. ``loadtest.calibrate`` wires them together.
+"""

@@ -1,0 +1,188 @@
+"""The simulator's latency model, written as a linear model, and its fit.
+
+``engine.sim.scheduler`` runs each step for::
+
+    step_overhead_s + prefill_tokens * prefill_per_token_s
+                    + decode_seqs * decode_per_seq_s
+
+How the probes compose into steps there (the rows of the fit):
+
+* a lone request on an idle engine is admitted in the next step with its
+  whole uncached prompt (in chunks of ``max_num_batched_tokens``, one step
+  each); the step that computes the last prompt token samples the first
+  output token. No other sequence decodes meanwhile, so
+  ``TTFT = ceil(U / B) * step_overhead + U * prefill_per_token`` for ``U``
+  uncached tokens. A cached repeat has ``U`` = the last partial block (vLLM
+  and the simulator both recompute at least the last token);
+* ``C`` streams decoding together run one step per token with ``C`` decode
+  sequences: ``TPOT = step_overhead + C * decode_per_seq``. (The first step or
+  two also prefill the short prompts of streams that arrived a moment late;
+  that bias is small and, being the same on both sides, the refinement below
+  absorbs it.)
+
+So each probe point is a row ``(steps, prefill tokens, decode seqs)`` and its
+median latency the target. Parameters come from non-negative least squares
+with *relative* residuals (each row divided by its measured value), so a
+1 ms TPOT counts as much as a 100 ms TTFT and the fit minimises the same
+relative error the report shows. The non-negative solution is exact: with
+three unknowns every subset of free parameters is solved and the best
+feasible one kept.
+
+Refinement. Measured on a client, the simulator is not exactly its model:
+HTTP, tokenising and streaming add their own time, part of which hides inside
+modeled steps. After a simulator run with parameters ``p``, each point's
+deviation ``sim - model(p)`` is taken as the simulator's own bias, and the
+model is fitted again to ``real - bias``. That is a Gauss-Newton step on the
+real objective (sim vs real) with the design matrix as its Jacobian; one or
+two rounds are enough when the bias barely depends on ``p``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .points import PointSummary
+from .probes import CACHED, DECODE, PREFILL
+
+PARAM_NAMES = ("step_overhead_s", "prefill_per_token_s", "decode_per_seq_s")
+FIT_PROBES = (PREFILL, DECODE)
+"""Probes the parameters are fitted on; ``cached`` stays out as a held-out check."""
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyParams:
+    step_overhead_s: float
+    prefill_per_token_s: float
+    decode_per_seq_s: float
+
+    @classmethod
+    def from_vector(cls, values: Sequence[float]) -> LatencyParams:
+        overhead, per_token, per_seq = (float(v) for v in values)
+        return cls(overhead, per_token, per_seq)
+
+    def vector(self) -> np.ndarray:
+        return np.array([self.step_overhead_s, self.prefill_per_token_s, self.decode_per_seq_s])
+
+    def sim_flags(self) -> tuple[str, ...]:
+        return (
+            "--step-overhead", f"{self.step_overhead_s:.6g}",
+            "--prefill-per-token", f"{self.prefill_per_token_s:.6g}",
+            "--decode-per-seq", f"{self.decode_per_seq_s:.6g}",
+        )  # fmt: skip
+
+    def flag_text(self) -> str:
+        return " ".join(self.sim_flags())
+
+
+@dataclass(frozen=True, slots=True)
+class StepShape:
+    """The scheduler limit that decides how a prompt splits into steps."""
+
+    max_num_batched_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    params: LatencyParams
+    probes: tuple[str, ...]
+    rms_relative_residual: float
+    """sqrt(mean(((model - target) / measured)^2)) over the fitted points."""
+    points: int
+
+
+def row(point: PointSummary, shape: StepShape) -> tuple[float, float, float]:
+    """``(steps, prefill tokens, decode seqs)`` of a point, as the simulator composes it."""
+    if point.probe == DECODE:
+        return (1.0, 0.0, float(point.x))
+    uncached = max(point.uncached_tokens, 1.0)
+    steps = math.ceil(uncached / shape.max_num_batched_tokens)
+    return (float(steps), uncached, 0.0)
+
+
+def predict(params: LatencyParams, point: PointSummary, shape: StepShape) -> float:
+    return float(np.dot(row(point, shape), params.vector()))
+
+
+def nonnegative_lstsq(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """argmin ||matrix @ x - target|| subject to x >= 0, by trying every free set.
+
+    Columns that are all zero (a parameter no fitted probe touches) stay 0.
+    """
+    columns = matrix.shape[1]
+    usable = [c for c in range(columns) if np.any(matrix[:, c] != 0)]
+    best = np.zeros(columns)
+    best_cost = float(np.sum(target**2))
+    for size in range(1, len(usable) + 1):
+        for free in itertools.combinations(usable, size):
+            solution, *_ = np.linalg.lstsq(matrix[:, free], target, rcond=None)
+            if np.any(solution < 0):
+                continue
+            candidate = np.zeros(columns)
+            candidate[list(free)] = solution
+            cost = float(np.sum((matrix @ candidate - target) ** 2))
+            if cost < best_cost - 1e-18:
+                best, best_cost = candidate, cost
+    return best
+
+
+def fit_targets(
+    points: Sequence[PointSummary],
+    targets: Sequence[float],
+    shape: StepShape,
+    probes: Iterable[str] = FIT_PROBES,
+) -> FitResult:
+    """Fit the model to ``targets`` (one per point), weighting by the measured values."""
+    wanted = tuple(probes)
+    chosen = [(p, t) for p, t in zip(points, targets, strict=True) if p.probe in wanted]
+    if not chosen:
+        raise ValueError(f"no points of probes {wanted} to fit")
+    matrix = np.array([row(point, shape) for point, _ in chosen])
+    goal = np.array([target for _, target in chosen])
+    scale = 1.0 / np.array([point.value for point, _ in chosen])
+    solution = nonnegative_lstsq(matrix * scale[:, None], goal * scale)
+    residual = (matrix @ solution - goal) * scale
+    return FitResult(
+        params=LatencyParams.from_vector(solution.tolist()),
+        probes=wanted,
+        rms_relative_residual=float(np.sqrt(np.mean(residual**2))),
+        points=len(chosen),
+    )
+
+
+def fit(
+    points: Sequence[PointSummary], shape: StepShape, probes: Iterable[str] = FIT_PROBES
+) -> FitResult:
+    """Fit the model to measured medians directly."""
+    return fit_targets(points, [p.value for p in points], shape, probes)
+
+
+def refine(
+    params: LatencyParams,
+    real: Sequence[PointSummary],
+    sim: Sequence[PointSummary],
+    shape: StepShape,
+    probes: Iterable[str] = FIT_PROBES,
+) -> FitResult:
+    """One refinement round: remove the simulator's measured bias from the targets."""
+    sim_by_key = {(p.probe, p.x): p for p in sim}
+    targets: list[float] = []
+    for point in real:
+        twin = sim_by_key.get((point.probe, point.x))
+        bias = 0.0 if twin is None else twin.value - predict(params, twin, shape)
+        targets.append(point.value - bias)
+    return fit_targets(real, targets, shape, probes)
+
+
+def diagnostic_fits(points: Sequence[PointSummary], shape: StepShape) -> dict[str, FitResult]:
+    """Each probe fitted alone: how far the probes disagree on the step overhead."""
+    present = {p.probe for p in points}
+    return {
+        probe: fit(points, shape, (probe,))
+        for probe in (PREFILL, CACHED, DECODE)
+        if probe in present
+    }

@@ -1,0 +1,214 @@
+"""The probe set: seeded requests that expose an engine's latency model.
+
+Three probes, the same for vLLM and for the simulator:
+
+* ``prefill``: one request at a time, a prompt of ``L`` unique filler words
+  (= ``L`` Qwen3 tokens; nothing in the cache shares even its first block)
+  for each ``L`` in ``prompt_lengths``, ``max_tokens`` 1. TTFT vs uncached
+  tokens gives the cost per prefill token and the fixed cost of a step.
+* ``cached``: right after each ``prefill`` request, the same prompt again.
+  All but the last partial block is then a prefix-cache hit; TTFT shows what
+  a hit saves (and the ``cached_tokens`` the engine reports).
+* ``decode``: ``C`` streams sent together for each ``C`` in ``batch_sizes``,
+  short unique prompts, ``max_tokens`` 64 with ``ignore_eos``. Each stream's
+  TPOT; the trial's value is the median over its streams. TPOT vs ``C`` gives
+  the cost per decoding sequence and, again, the fixed cost of a step.
+
+Order and noise. One warm-up pass of the whole plan (different text, results
+dropped) comes first: a CPU engine builds kernels per shape on first use.
+Then ``repeats`` rounds, each visiting every length (or batch size) in a
+freshly shuffled order, so drift on a shared machine spreads over all points
+instead of biasing one. Points are summarised by their median.
+
+When the target's processes are ours (a started vLLM or simulator), each
+sample also records how much of the engine's core other processes took
+meanwhile (``calibration.cpu``); points report the median of that share.
+
+Prompts come from ``loadtest.workloads.text.words`` keyed by the plan's seed,
+the pass and the position, so two targets probed with one plan receive
+byte-identical requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from loadtest.workloads.text import words
+
+from .cpu import CoreMeter, CoreReading, CoreShare
+from .stream import CompletionCall, ProbeError, StreamTiming, timed_completion
+
+PREFILL = "prefill"
+CACHED = "cached"
+DECODE = "decode"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbePlan:
+    prompt_lengths: tuple[int, ...] = (128, 256, 512, 1024, 1536)
+    prefill_repeats: int = 9
+    prefill_max_tokens: int = 1
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16)
+    decode_repeats: int = 6
+    decode_prompt_words: int = 16
+    decode_max_tokens: int = 64
+    warmup: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.prompt_lengths or not self.batch_sizes:
+            raise ValueError("a plan needs prompt lengths and batch sizes")
+        if min(self.prompt_lengths) < 2 or min(self.batch_sizes) < 1:
+            raise ValueError("prompt lengths must be >= 2 and batch sizes >= 1")
+        if self.prefill_repeats < 1 or self.decode_repeats < 1:
+            raise ValueError("repeats must be >= 1")
+        if self.decode_max_tokens < 2:
+            raise ValueError("decode_max_tokens must be >= 2 to measure TPOT")
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillSample:
+    probe: str
+    """``prefill`` (cold prompt) or ``cached`` (the same prompt again)."""
+    length: int
+    """Requested prompt length in words."""
+    repeat: int
+    timing: StreamTiming
+    core: CoreShare | None = None
+
+    @property
+    def uncached_tokens(self) -> int:
+        return self.timing.prompt_tokens - self.timing.cached_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSample:
+    batch: int
+    repeat: int
+    tpots: tuple[float, ...]
+    """One TPOT per stream of the trial."""
+    core: CoreShare | None = None
+
+    @property
+    def tpot(self) -> float:
+        return statistics.median(self.tpots)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResults:
+    prefill: tuple[PrefillSample, ...]
+    decode: tuple[DecodeSample, ...]
+
+
+class Prober:
+    """Runs a :class:`ProbePlan` against one OpenAI-compatible server."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        model: str,
+        plan: ProbePlan,
+        clock: Callable[[], float],
+        progress: Callable[[str], None] = lambda _: None,
+        meter: CoreMeter | None = None,
+    ) -> None:
+        self._client = client
+        self._meter = meter
+        self._base_url = base_url
+        self._model = model
+        self._plan = plan
+        self._clock = clock
+        self._progress = progress
+
+    async def run(self) -> ProbeResults:
+        plan = self._plan
+        if plan.warmup:
+            self._progress("warm-up pass")
+            await self._prefill_pass("warmup", 1)
+            await self._decode_pass("warmup", 1)
+        self._progress(f"prefill: {len(plan.prompt_lengths)} lengths x {plan.prefill_repeats}")
+        prefill = await self._prefill_pass("measure", plan.prefill_repeats)
+        self._progress(f"decode: {len(plan.batch_sizes)} batch sizes x {plan.decode_repeats}")
+        decode = await self._decode_pass("measure", plan.decode_repeats)
+        return ProbeResults(tuple(prefill), tuple(decode))
+
+    def _order(self, label: str, values: tuple[int, ...], repeat: int) -> list[int]:
+        ordered = list(values)
+        random.Random(f"{self._plan.seed}-{label}-order-{repeat}").shuffle(ordered)
+        return ordered
+
+    async def _prefill_pass(self, label: str, repeats: int) -> list[PrefillSample]:
+        plan = self._plan
+        samples: list[PrefillSample] = []
+        for repeat in range(repeats):
+            for length in self._order(f"{label}-prefill", plan.prompt_lengths, repeat):
+                prompt = words(f"calibrate-{plan.seed}-{label}-prefill-{length}-{repeat}", length)
+                call = CompletionCall(prompt, plan.prefill_max_tokens)
+                for probe in (PREFILL, CACHED):
+                    before = self._read()
+                    timing = await self._send(call)
+                    core = self._share(before)
+                    if probe == PREFILL and timing.cached_tokens:
+                        raise ProbeError(
+                            f"a cold prompt had {timing.cached_tokens} cached tokens: the "
+                            "target already saw this plan (restart it or change --seed)")
+                    samples.append(PrefillSample(probe, length, repeat, timing, core))
+        return samples
+
+    async def _decode_pass(self, label: str, repeats: int) -> list[DecodeSample]:
+        plan = self._plan
+        trials: list[DecodeSample] = []
+        for repeat in range(repeats):
+            for batch in self._order(f"{label}-decode", plan.batch_sizes, repeat):
+                calls = [
+                    CompletionCall(
+                        words(f"calibrate-{plan.seed}-{label}-decode-{batch}-{repeat}-{stream}",
+                              plan.decode_prompt_words),
+                        plan.decode_max_tokens,
+                    )
+                    for stream in range(batch)
+                ]
+                before = self._read()
+                timings = await asyncio.gather(*(self._send(call) for call in calls))
+                core = self._share(before)
+                tpots = tuple(t.tpot for t in timings if t.tpot is not None)
+                if len(tpots) != batch:
+                    raise ProbeError(f"decode trial of {batch} streams returned too few tokens")
+                trials.append(DecodeSample(batch, repeat, tpots, core))
+        return trials
+
+    def _read(self) -> CoreReading | None:
+        # A /proc scan takes a millisecond or two; it runs outside the timed interval.
+        return self._meter.read() if self._meter else None
+
+    def _share(self, before: CoreReading | None) -> CoreShare | None:
+        if self._meter is None or before is None:
+            return None
+        return self._meter.share(before, self._meter.read())
+
+    async def _send(self, call: CompletionCall) -> StreamTiming:
+        return await timed_completion(
+            self._client, self._base_url, self._model, call, self._clock
+        )
+
+
+async def probe_server(
+    base_url: str,
+    model: str,
+    plan: ProbePlan,
+    clock: Callable[[], float],
+    progress: Callable[[str], None] = lambda _: None,
+    meter: CoreMeter | None = None,
+    timeout: float = 300.0,
+) -> ProbeResults:
+    """Run ``plan`` against ``base_url`` with a client that holds enough connections."""
+    limits = httpx.Limits(max_connections=max(plan.batch_sizes) + 4)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
+        return await Prober(client, base_url, model, plan, clock, progress, meter).run()
