@@ -95,6 +95,10 @@ class Variance:
             last += 1  # the tail starts inside an atom: keep that atom in the middle
         ref_tail_start = self.starts[last] if last < count else len(ref)
         tail = len(ref) - ref_tail_start
+        if len(text) - tail - head > self.max_atoms * 16:
+            # Too long a differing middle to align: all of it counts as varying,
+            # without even cutting it into atoms (that alone is O(text)).
+            return Alignment(text, [], [], head, tail, ref_tail_start)
         text_atoms = self.atomizer.spans(text, head, len(text) - tail)
         ref_atoms = range(first, last)
         ref_of = [-1] * len(text_atoms)
