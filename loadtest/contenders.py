@@ -32,6 +32,7 @@ import yaml
 
 from gateway.config import ReplicaSettings, Settings
 
+from .peer_ready import PeerNotReady, wait_all_workers
 from .peers import (
     SGLANG_ROUTER,
     VLLM_ROUTER,
@@ -169,6 +170,10 @@ def _peer(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
     url = f"http://127.0.0.1:{port}"
     group.start(Service(spec.name, argv, url + "/health",
                         log_dir / f"{spec.name.replace(':', '-')}.log"), timeout=90.0)
+    try:  # /health is 200 before the workers are registered: see peer_ready
+        wait_all_workers(url, len(workers))
+    except PeerNotReady as exc:
+        raise ContenderUnavailable(str(exc)) from None
     return url
 
 
