@@ -21,7 +21,7 @@ with the option ``scorer``, turns that and the replicas' load into a ranking.
   engine steps a little. ``kv_pressure`` rises linearly from 0 at
   ``kv_pressure_threshold`` KV usage to 1 at full: a nearly full cache makes
   the engine queue, preempt and evict. The trade-off is explicit: with the
-  defaults a cached 1,000-token prefix is worth 10 more running requests or
+  defaults a cached 1,000-token prefix is worth 50 more running requests or
   one more waiting request. Equal costs are broken by a rotating offset, so
   identical replicas share load instead of the first id taking it all.
 
@@ -56,7 +56,13 @@ Parameters (all options of ``prefix`` and ``precise``):
 * ``scorer`` (default ``"cost"``): ``"cost"`` or ``"threshold"``.
 * ``prefill_seconds_per_token`` (default 0.0001): prefill time per uncached
   token, i.e. 10k tokens/s.
-* ``running_request_seconds`` (default 0.01): TTFT added per running request.
+* ``running_request_seconds`` (default 0.002): TTFT added per running request.
+  A running request slows each engine step by about one decode slot (a few
+  milliseconds at most on a GPU, 0.2 ms in the simulator's default model); it
+  does not delay our prefill the way a *waiting* request does. With 0.01 the
+  side-by-side shared-prefix benchmark lost 3.5 points of hit rate and had a
+  worse TTFT p99 than with 0.002 (BENCHMARKS.md): affinity was given up for
+  load differences that cost less than the prefill it caused.
 * ``waiting_request_seconds`` (default 0.1): TTFT added per waiting request
   (about the prefill of a 1,000-token prompt).
 * ``kv_pressure_threshold`` (default 0.9): KV usage where pressure starts.
@@ -91,7 +97,7 @@ SCORERS = ("cost", "threshold")
 class ScoringConfig:
     scorer: str = "cost"
     prefill_seconds_per_token: float = 0.0001
-    running_request_seconds: float = 0.01
+    running_request_seconds: float = 0.002
     waiting_request_seconds: float = 0.1
     kv_pressure_threshold: float = 0.9
     kv_pressure_seconds: float = 1.0

@@ -21,7 +21,7 @@ def test_cost_is_queue_plus_uncached_prefill_plus_kv_pressure():
     assert estimated_ttft(idle, 0, PROMPT, config) == pytest.approx(1030 * 1e-4)
     assert estimated_ttft(idle, 64, PROMPT, config) == pytest.approx(6 * 1e-4)
     busy = replica("a", inflight=7, waiting=2, running=4, kv_usage=0.95)
-    expected = 5 * 0.01 + 2 * 0.1 + 1030 * 1e-4 + 0.5 * 1.0
+    expected = 5 * config.running_request_seconds + 2 * 0.1 + 1030 * 1e-4 + 0.5 * 1.0
     assert estimated_ttft(busy, 0, PROMPT, config) == pytest.approx(expected)
 
 
