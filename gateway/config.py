@@ -129,14 +129,27 @@ class ModelSettings(Strict):
 
 
 class EmbeddedSettings(Strict):
-    """Replicas the gateway starts itself when none are configured."""
+    """Replicas the gateway starts itself when none are configured.
 
-    kind: Literal["sim"] = "sim"
+    ``vllm-cpu`` (the default): real vLLM-on-CPU replicas serving a real small
+    instruct model (SmolLM2-135M-Instruct) from the cached setup of
+    ``deploy/vllm-cpu/setup.sh``. ``sim``: simulated replicas, no install.
+    """
+
+    kind: Literal["vllm-cpu", "sim"] = "vllm-cpu"
     replicas: int = Field(2, ge=1, le=16)
-    model: str = "sim-model"
+    model: str | None = None
+    """Served model name; default ``smollm2`` (vllm-cpu) or ``sim-model`` (sim)."""
+    vllm_model: str = "smollm2-135m-instruct"
+    """Model folder of the vLLM-on-CPU setup to serve."""
+    max_model_len: int = Field(2048, gt=0)
     block_size: int = Field(16, gt=0)
+    """Simulated replicas' KV block size (vLLM on CPU always uses 32)."""
     num_blocks: int = Field(4096, gt=0)
     time_scale: float = Field(1.0, gt=0)
+
+    def served_name(self) -> str:
+        return self.model or ("smollm2" if self.kind == "vllm-cpu" else "sim-model")
 
 
 class Settings(Strict):
