@@ -29,15 +29,16 @@ def test_make_run_default_gives_real_answers() -> None:
               f"{time.monotonic() - started:.0f}s")
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
         assert [m.id for m in client.models.list()] == ["smollm2"]
-        system = {"role": "system", "content": "You are a concise, helpful assistant."}
+        system = {"role": "system", "content": "You are a concise, helpful assistant. "
+                                               "Answer in one sentence."}
         reply = client.chat.completions.create(
             model="smollm2", temperature=0, max_tokens=20,
             messages=[system, {"role": "user", "content": "What is the capital of France?"}])
         assert "Paris" in (reply.choices[0].message.content or "")
         stream = client.chat.completions.create(
             model="smollm2", temperature=0, max_tokens=20, stream=True,
-            messages=[system, {"role": "user", "content": "What is the capital of Italy?"}])
+            messages=[system, {"role": "user", "content": "What is the capital of Germany?"}])
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        assert "Rome" in text
+        assert "Berlin" in text
     finally:
         gw.stop()
