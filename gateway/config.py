@@ -35,7 +35,7 @@ class TimeoutSettings(Strict):
     connect: float = Field(5.0, gt=0)
     first_byte: float = Field(600.0, gt=0)
     idle: float = Field(120.0, gt=0)
-    probe: float = Field(2.0, gt=0)
+    probe: float = Field(5.0, gt=0)
 
 
 class KVEventSettings(Strict):
@@ -165,7 +165,9 @@ class Settings(Strict):
     max_attempts: int = Field(3, ge=1)
     """Replicas tried for one request before the first byte (failover)."""
     health_interval: float = Field(1.0, gt=0)
-    fail_threshold: int = Field(1, ge=1)
+    fail_threshold: int = Field(2, ge=1)
+    """Failed probes in a row before a replica leaves rotation (a refused
+    connection on the request path takes it out at once)."""
     default_block_size: int = Field(16, gt=0)
     retry_after_seconds: int = Field(1, ge=0)
     log_level: str = "info"
