@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -77,6 +78,10 @@ def _with_embedded(settings: Settings, args: argparse.Namespace,
     })
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def serve(argv: Sequence[str]) -> int:
     args = _serve_parser().parse_args(argv)
     try:
@@ -103,6 +108,9 @@ def serve(argv: Sequence[str]) -> int:
             return 2
         print(f"prefixgate: serving on http://{settings.host}:{settings.port}/v1 "
               f"({len(settings.replicas)} replica(s), policy {settings.policy})", flush=True)
+        # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turning that
+        # into SystemExit lets the ExitStack stop the embedded replicas.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
         uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
                     access_log=False, loop="auto", http="auto", timeout_graceful_shutdown=5)
     return 0
