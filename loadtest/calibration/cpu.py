@@ -12,10 +12,13 @@ two counters, in clock ticks (``USER_HZ``, usually 100 per second):
 
 The difference of two readings gives :class:`CoreShare`: the fraction of the
 interval the core ran the target, and the fraction it ran anything else
-(``foreign``). Tick resolution makes single short samples coarse (a 50 ms
-TTFT is ~5 ticks), which is why the report aggregates them. Without
-``/proc`` (or for a target whose processes are not ours) there is no meter
-and samples carry ``None``.
+(``foreign``). Both counters move in ticks and a running process's own
+counter lags until it is descheduled, so a window of 0.1 s can misjudge the
+split by half; over a second or more it is within a few percent (checked
+against a pinned busy loop). The probes therefore read the meter around a
+whole decode trial or a whole round of prefill requests, never around one
+short request. Without ``/proc`` (or for a target whose processes are not
+ours) there is no meter and samples carry ``None``.
 """
 
 from __future__ import annotations

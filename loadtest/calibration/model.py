@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .points import PointSummary
-from .probes import CACHED, DECODE, PREFILL
+from .probes import DECODE, PREFILL
 
 PARAM_NAMES = ("step_overhead_s", "prefill_per_token_s", "decode_per_seq_s")
 FIT_PROBES = (PREFILL, DECODE)
@@ -179,10 +179,10 @@ def refine(
 
 
 def diagnostic_fits(points: Sequence[PointSummary], shape: StepShape) -> dict[str, FitResult]:
-    """Each probe fitted alone: how far the probes disagree on the step overhead."""
+    """Each fitted probe alone: how far they disagree on the step overhead.
+
+    (The cached probe has one uncached length, a block, at every point: it
+    pins a constant, not a line, so it gets no fit of its own.)
+    """
     present = {p.probe for p in points}
-    return {
-        probe: fit(points, shape, (probe,))
-        for probe in (PREFILL, CACHED, DECODE)
-        if probe in present
-    }
+    return {probe: fit(points, shape, (probe,)) for probe in FIT_PROBES if probe in present}

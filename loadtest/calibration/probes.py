@@ -21,8 +21,8 @@ freshly shuffled order, so drift on a shared machine spreads over all points
 instead of biasing one. Points are summarised by their median.
 
 When the target's processes are ours (a started vLLM or simulator), each
-sample also records how much of the engine's core other processes took
-meanwhile (``calibration.cpu``); points report the median of that share.
+decode trial, and each prefill round as a whole, also records how much of
+the engine's core other processes took meanwhile (``calibration.cpu``).
 
 Prompts come from ``loadtest.workloads.text.words`` keyed by the plan's seed,
 the pass and the position, so two targets probed with one plan receive
@@ -148,18 +148,22 @@ class Prober:
         plan = self._plan
         samples: list[PrefillSample] = []
         for repeat in range(repeats):
+            # One core reading per round: per-process CPU time in /proc lags by up to a
+            # tick or two, too coarse for a single 50 ms request (see calibration.cpu).
+            before = self._read()
+            timings: list[tuple[str, int, StreamTiming]] = []
             for length in self._order(f"{label}-prefill", plan.prompt_lengths, repeat):
                 prompt = words(f"calibrate-{plan.seed}-{label}-prefill-{length}-{repeat}", length)
                 call = CompletionCall(prompt, plan.prefill_max_tokens)
                 for probe in (PREFILL, CACHED):
-                    before = self._read()
                     timing = await self._send(call)
-                    core = self._share(before)
                     if probe == PREFILL and timing.cached_tokens:
                         raise ProbeError(
                             f"a cold prompt had {timing.cached_tokens} cached tokens: the "
                             "target already saw this plan (restart it or change --seed)")
-                    samples.append(PrefillSample(probe, length, repeat, timing, core))
+                    timings.append((probe, length, timing))
+            core = self._share(before)
+            samples += [PrefillSample(p, n, repeat, t, core) for p, n, t in timings]
         return samples
 
     async def _decode_pass(self, label: str, repeats: int) -> list[DecodeSample]:

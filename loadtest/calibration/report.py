@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,7 @@ def markdown(calibration: Calibration) -> str:
         "",
         f"`prefixgate sim {params.flag_text()}`",
         "",
+        *_contention_note(calibration),
         "| probe | point | real ms | sim ms | error | real samples used | core to others |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -132,6 +134,19 @@ def markdown(calibration: Calibration) -> str:
             f"| {probe.probe} | {probe.metric} | {probe.median_abs:.1%} | {probe.max_abs:.1%} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _contention_note(calibration: Calibration) -> list[str]:
+    shares = [p.foreign_cpu for p in calibration.real_points if p.foreign_cpu is not None]
+    limit = calibration.max_foreign if calibration.max_foreign is not None else 0.25
+    if not shares or statistics.median(shares) <= limit:
+        return []
+    note = (
+        f"**Contended:** other processes took a median {statistics.median(shares):.0%} of the "
+        "engine's core while the real engine was measured; these numbers describe a shared "
+        "core, not the engine."
+    )
+    return [note, ""]
 
 
 def _series(points: Sequence[PointSummary], probe: str) -> tuple[list[float], list[float]]:
