@@ -6,8 +6,8 @@ the fitted flags, refines once, and writes its outputs. Both sides are the
 same program, so the fit must give the target's parameters back. The
 parameters are chosen so that modeled time (tens of milliseconds per step)
 dominates the simulator's own HTTP and tokenising work, and the tolerance is
-wide: the test checks that the method recovers the model, not how fast this
-machine is.
+wide (35 %): the test checks that the method recovers the model, not how
+fast this machine is.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ import pytest
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from tests.support.sim import REPO_ROOT, running_sim
 
-TARGET = {"step_overhead_s": 0.015, "prefill_per_token_s": 6e-5, "decode_per_seq_s": 0.002}
-TOLERANCE = {"step_overhead_s": 0.3, "prefill_per_token_s": 0.3, "decode_per_seq_s": 0.4}
+# Per-sequence cost large next to the step overhead, so that the two are told apart
+# by three batch sizes (at C = 8 they weigh 32 ms against 10 ms). In trial runs on a
+# loaded 2-core machine every recovered parameter was within 16 %.
+TARGET = {"step_overhead_s": 0.010, "prefill_per_token_s": 1e-4, "decode_per_seq_s": 0.004}
+TOLERANCE = 0.35
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +45,7 @@ def calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with running_sim(*target_args) as target:
         command = [
             sys.executable, "-m", "loadtest.calibrate", "--target-url", target.base_url,
-            "--tokenizer", tokenizer, "--lengths", "128,512,1024", "--prefill-repeats", "2",
+            "--tokenizer", tokenizer, "--lengths", "128,512,1024", "--prefill-repeats", "3",
             "--batches", "1,4,8", "--decode-repeats", "2", "--decode-tokens", "16",
             "--refine", "1", "--out", str(out),
         ]  # fmt: skip
@@ -56,7 +59,7 @@ def calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_fit_recovers_the_target_parameters(calibration: Path) -> None:
     fitted = json.loads(calibration.read_text())["fitted"]["params"]
     for name, expected in TARGET.items():
-        assert fitted[name] == pytest.approx(expected, rel=TOLERANCE[name]), (name, fitted)
+        assert fitted[name] == pytest.approx(expected, rel=TOLERANCE), (name, fitted)
 
 
 def test_every_output_is_written(calibration: Path) -> None:
@@ -66,7 +69,7 @@ def test_every_output_is_written(calibration: Path) -> None:
     probes = {p["probe"] for p in document["comparison"]["probes"]}
     assert probes == {"prefill", "cached", "decode"}
     raw = document["real"]["raw"]
-    assert len(raw["prefill"]) == 3 * 2 * 2  # lengths x repeats x (cold, cached)
+    assert len(raw["prefill"]) == 3 * 3 * 2  # lengths x repeats x (cold, cached)
     assert len(raw["decode"]) == 3 * 2
     assert all(s["timing"]["cached_tokens"] > 0 for s in raw["prefill"] if s["probe"] == "cached")
     assert calibration.with_suffix(".png").stat().st_size > 1000
