@@ -7,8 +7,10 @@ Three probes, the same for vLLM and for the simulator:
   for each ``L`` in ``prompt_lengths``, ``max_tokens`` 1. TTFT vs uncached
   tokens gives the cost per prefill token and the fixed cost of a step.
 * ``cached``: right after each ``prefill`` request, the same prompt again.
-  All but the last partial block is then a prefix-cache hit; TTFT shows what
-  a hit saves (and the ``cached_tokens`` the engine reports).
+  All but the last block (vLLM always computes the last token) is then a
+  prefix-cache hit; TTFT shows what a hit saves, ``cached_tokens`` how much
+  was hit. A cold prompt that reports cached tokens stops the run: the
+  target has seen this plan before.
 * ``decode``: ``C`` streams sent together for each ``C`` in ``batch_sizes``,
   short unique prompts, ``max_tokens`` 64 with ``ignore_eos``. Each stream's
   TPOT; the trial's value is the median over its streams. TPOT vs ``C`` gives
@@ -18,7 +20,8 @@ Order and noise. One warm-up pass of the whole plan (different text, results
 dropped) comes first: a CPU engine builds kernels per shape on first use.
 Then ``repeats`` rounds, each visiting every length (or batch size) in a
 freshly shuffled order, so drift on a shared machine spreads over all points
-instead of biasing one. Points are summarised by their median.
+instead of biasing one. ``calibration.points`` reduces each point to a
+median.
 
 When the target's processes are ours (a started vLLM or simulator), each
 decode trial, and each prefill round as a whole, also records how much of
