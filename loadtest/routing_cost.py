@@ -8,8 +8,11 @@ from the registry), on conversations of about 2k and 16k prompt tokens in two
 shapes: a long system prompt with a few turns, and a long many-turn chat.
 
 * cold: a conversation never seen before (every piece is tokenized);
-* warm: the conversation seen before plus one new user turn (the usual case
-  for a stable system prompt or a growing chat).
+* warm: the conversation seen before plus the answer to it and a new user
+  turn (the usual case for a stable system prompt or a growing chat). The
+  conversations end on a user turn: some templates (Qwen3's) render the
+  last assistant turn differently once a user turn follows it, so the
+  engine's cache breaks there too and it would be re-tokenized.
 
 Prints p50/p99 in milliseconds per case as a Markdown table.
 """
@@ -59,8 +62,9 @@ def measure(hasher: PromptHasher, policy_name: str, replicas: int, tokens: int, 
     cold, warm = [], []
     for i in range(repeat):
         base = conversation(rng, tokens, turns)
-        for bucket, messages in ((cold, base),
-                                 (warm, base + [{"role": "user", "content": f"new {i}"}])):
+        follow_up = [{"role": "assistant", "content": f"answer {i}"},
+                     {"role": "user", "content": f"new question {i}"}]
+        for bucket, messages in ((cold, base), (warm, base + follow_up)):
             start = time.perf_counter()
             request = hasher.describe("model", {"messages": messages}, "chat", 16)
             decision = policy.pick(request, views)
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| prompt | shape | tokens | cold p50 ms | cold p99 ms | warm p50 ms | warm p99 ms |")
     print("|---|---|---|---|---|---|---|")
     for tokens in (2000, 16000):
-        for shape, turns in (("system + 4 turns", 4), ("40-turn chat", 40)):
+        for shape, turns in (("system + 5 turns", 5), ("41-turn chat", 41)):
             r = measure(hasher, args.policy, args.replicas, tokens, turns, args.repeat, args.seed)
             print(f"| {tokens // 1000}k | {shape} | {r['prompt_tokens']} | {r['cold_p50']:.2f} | "
                   f"{r['cold_p99']:.2f} | {r['warm_p50']:.3f} | {r['warm_p99']:.3f} |", flush=True)
