@@ -55,10 +55,12 @@ def test_inprocess_replica_serves_like_a_remote_one(mixed_gateway: GatewayProces
     c = openai.OpenAI(base_url=mixed_gateway.url + "/v1", api_key="x", max_retries=0,
                       timeout=120)
     served: dict[str, list] = {}
-    for i in range(8):  # distinct prefixes spread over both replicas
-        messages = [{"role": "system", "content": f"Tenant {i}. " + SYSTEM},
-                    {"role": "user", "content": "hello"}]
-        for _ in range(2):
+    # Eight distinct prefixes, each sent twice: the first pass spreads the new
+    # prefixes over both replicas, the second finds each one cached.
+    for _ in range(2):
+        for i in range(8):
+            messages = [{"role": "system", "content": f"Tenant {i}. " + SYSTEM},
+                        {"role": "user", "content": "hello"}]
             raw = c.chat.completions.with_raw_response.create(model=MODEL, messages=messages,
                                                                max_tokens=3)
             served.setdefault(raw.headers["x-prefixgate-replica"], []).append(raw.parse())
