@@ -160,7 +160,7 @@ class Proxy:
             finally:
                 stack.close()
                 outcome.usage = observer.usage()
-                outcome.output_tokens = observer.output_tokens()
+                outcome.output_tokens = observer.output_tokens(outcome.usage)
                 if isinstance(error, EngineError):
                     outcome.error = error.detail
                     self.metrics.stream_errors.labels(replica_id).inc()

@@ -68,9 +68,8 @@ class StreamObserver:
                     return None
         return None
 
-    def output_tokens(self) -> int:
-        """Completion tokens: from usage when present, else content events seen."""
-        usage = self.usage()
+    def output_tokens(self, usage: Usage | None) -> int:
+        """Completion tokens: from ``usage()`` when present, else content events seen."""
         if usage is not None and usage.completion_tokens:
             return usage.completion_tokens
         # vLLM sends a role chunk, one chunk per token, a finish chunk and [DONE].
