@@ -113,6 +113,10 @@ class HFRenderer:
         self.name = os.path.basename(os.path.normpath(path))
         self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self._chat_template = chat_template
+        # A fast tokenizer's Rust backend is what ``encode`` ends up calling;
+        # calling it directly skips ~30 µs of Python per call (short pieces).
+        self._backend = (getattr(self._tokenizer, "backend_tokenizer", None)
+                         if getattr(self._tokenizer, "is_fast", False) else None)
 
     def added_tokens(self) -> list[str]:
         """Texts the tokenizer splits out before anything else (special tokens)."""
@@ -149,6 +153,8 @@ class HFRenderer:
         return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        if self._backend is not None:
+            return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
     def decode(self, token_ids: Sequence[int]) -> str:
