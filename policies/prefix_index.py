@@ -20,9 +20,16 @@ Each replica's entry set mirrors how vLLM manages its prefix cache:
   them at once and :meth:`record` drops them. This covers what the model
   cannot see (other clients of the replica, restarts, preemption).
 
-``match`` never mutates: a decision can be replayed. Cost: ``match`` is
-O(matched blocks) dictionary lookups per replica, ``record`` O(blocks) plus
-amortised O(1) per eviction; memory is bounded by the sum of capacities.
+``match`` never mutates: a decision can be replayed. It binary-searches the
+leading run instead of walking it: a block's hash is chained to all blocks
+before it, ``record`` touches a prompt's blocks last to first, and eviction
+and staleness go strictly by touch order, so whenever a block is held all
+blocks before it are held and fresher. Holding block ``i`` therefore means
+holding blocks ``0..i``, and "held" is monotone along the prompt. Cost:
+``match`` is O(log blocks) dictionary lookups per replica (O(matched blocks)
+for a replica after :meth:`remove`, which can punch holes), ``record``
+O(blocks) plus amortised O(1) per eviction; memory is bounded by the sum of
+capacities.
 
 Parameters:
 
@@ -57,6 +64,8 @@ class ApproximatePrefixIndex:
         # replica -> block hash -> last time it was touched; oldest first.
         self._entries: dict[str, OrderedDict[int, float]] = {}
         self._capacity: dict[str, int] = {}
+        # Replicas whose entries may have holes (after ``remove``): walked, not searched.
+        self._holes: set[str] = set()
 
     # -- capacity ---------------------------------------------------------
 
@@ -79,11 +88,11 @@ class ApproximatePrefixIndex:
         entries = self._entries.get(replica_id)
         if entries is None:
             entries = self._entries[replica_id] = OrderedDict()
-        pop = entries.pop
+        move_to_end = entries.move_to_end
         # Last block first, so the shared prefix ends up most recently used.
         for block_hash in reversed(block_hashes):
-            pop(block_hash, None)
             entries[block_hash] = now
+            move_to_end(block_hash)
         self._evict_to_capacity(replica_id, entries)
         self._drop_stale(entries, now)
 
@@ -92,12 +101,14 @@ class ApproximatePrefixIndex:
         entries = self._entries.get(replica_id)
         if entries is None:
             return
+        self._holes.add(replica_id)
         for block_hash in block_hashes:
             entries.pop(block_hash, None)
 
     def clear(self, replica_id: str) -> None:
         """Forget everything about a replica's cache (capacity is kept)."""
         self._entries.pop(replica_id, None)
+        self._holes.discard(replica_id)
 
     def expire(self, now: float) -> int:
         """Drop stale entries of every replica; returns how many were dropped."""
@@ -114,12 +125,23 @@ class ApproximatePrefixIndex:
         matched: dict[str, int] = {}
         for replica_id, entries in self._entries.items():
             get = entries.get
-            run = 0
-            for block_hash in block_hashes:
-                touched = get(block_hash)
-                if touched is None or touched < cutoff:
-                    break
-                run += 1
+            if replica_id in self._holes:
+                run = 0
+                for block_hash in block_hashes:
+                    touched = get(block_hash)
+                    if touched is None or touched < cutoff:
+                        break
+                    run += 1
+            else:
+                # The largest run whose last block is held and fresh (monotone, see above).
+                run, high = 0, len(block_hashes)
+                while run < high:
+                    middle = (run + high + 1) // 2
+                    touched = get(block_hashes[middle - 1])
+                    if touched is None or touched < cutoff:
+                        high = middle - 1
+                    else:
+                        run = middle
             if run:
                 matched[replica_id] = run
         return matched
