@@ -18,7 +18,10 @@ Memoization, so a warm prefix costs almost nothing:
   completes and the state after it. A request that repeats a conversation and
   adds a turn re-hashes only the new turn.
 
-Rendering itself (Jinja) stays O(messages) but is cheap next to tokenizing.
+* Rendering: a follow-up in a conversation the gateway has seen is rendered
+  from the last known user turn on (``gateway.conversations``), so its cost
+  grows with the new messages, not with the whole chat.
+
 When the text still to tokenize is long, ``plan``/``finish`` let the caller
 run the tokenizing in a worker thread so the event loop never stalls.
 """
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from engine.tokenizer import Renderer, RenderError
+from gateway.conversations import ConversationMemo, Keys, Turn
 from policies.hashing import chain_seed, extend
 from policies.types import RouteRequest
 
@@ -93,16 +97,29 @@ class Plan:
     """Completions prompts get the tokenizer's special tokens (BOS), chats do not."""
     direct_ids: tuple[int, ...] | None = None
     """A completions prompt given as token ids needs no tokenizing."""
+    base: Turn | None = None
+    """The known conversation turn the pieces continue (incremental rendering)."""
+    store_key: int | None = None
+    store_offset: int | None = None
+    """Remember the chain at this offset into the pieces' text under ``store_key``."""
+    audit: Mapping[str, Any] | None = None
+    """The request body, when this incremental result is to be checked."""
 
 
 class PromptHasher:
     def __init__(self, renderer: Renderer, piece_cache_tokens: int = 2_000_000,
-                 chain_cache_blocks: int = 1_000_000) -> None:
+                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000,
+                 incremental: bool = True) -> None:
         self.renderer = renderer
         self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(piece_cache_tokens)
         self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
             chain_cache_blocks)
         self._split = self._splitter()
+        self.conversations: ConversationMemo | None = None
+        if incremental and self._split is not None:
+            self.conversations = ConversationMemo(renderer.render_chat, self._split,
+                                                  LRU(turn_cache_blocks))
+        self._audits: deque[tuple[str, Mapping[str, Any], int, RouteRequest]] = deque(maxlen=16)
 
     # -- set-up -------------------------------------------------------------------
 
@@ -135,9 +152,14 @@ class PromptHasher:
 
     # -- the two phases -------------------------------------------------------------
 
-    def plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int) -> Plan | None:
+    def plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
+             incremental: bool = True) -> Plan | None:
         """Render and look pieces up; None when the prompt cannot be rendered."""
         seed = chain_seed(model, body.get("cache_salt"))
+        if kind == "chat" and incremental and self.conversations is not None:
+            keys = self.conversations.keys(model, body, block_size)
+            if keys is not None:
+                return self._plan_conversation(model, seed, body, block_size, keys)
         try:
             if kind == "chat":
                 text, add_special = self.renderer.render_chat(body), False
@@ -154,6 +176,33 @@ class PromptHasher:
         except (RenderError, TypeError, ValueError) as exc:
             log.debug("cannot render for routing: %s", exc)
             return None
+        return self._plan_text(model, seed, block_size, text, add_special)
+
+    def _plan_conversation(self, model: str, seed: int, body: Mapping[str, Any],
+                           block_size: int, keys: Keys) -> Plan | None:
+        memo = self.conversations
+        assert memo is not None
+        delta = memo.delta(body, keys)
+        try:
+            if delta is None:
+                text = self.renderer.render_chat(body)
+                offset = memo.store_offset(body, keys, text)
+            else:
+                text, offset = delta.text, delta.store_offset
+        except RenderError as exc:
+            log.debug("cannot render for routing: %s", exc)
+            return None
+        plan = self._plan_text(model, seed, block_size, text, False)
+        if offset is not None:
+            plan.store_key, plan.store_offset = keys.prefixes[-1], offset
+        if delta is not None:
+            plan.base = delta.turn
+            if memo.should_audit():
+                plan.audit = body
+        return plan
+
+    def _plan_text(self, model: str, seed: int, block_size: int, text: str,
+                   add_special: bool) -> Plan:
         if add_special or self._split is None:
             pieces = [text]
         else:
@@ -188,12 +237,20 @@ class PromptHasher:
             hashes = extend(plan.seed, plan.direct_ids, plan.block_size)
             return RouteRequest(plan.model, tuple(hashes), len(plan.direct_ids),
                                 plan.block_size, session_key, request_id)
-        state = ChainState(plan.seed, ())
+        base = plan.base
+        if base is None:
+            state, before, total = ChainState(plan.seed, ()), (), 0
+        else:
+            state, before, total = ChainState(base.parent, base.carry), base.hashes, base.tokens
         hashes: list[int] = []
-        total = 0
+        offset = 0
+        turn = None
         for piece, ids in zip(plan.pieces, plan.token_ids):
             assert ids is not None
+            if offset == plan.store_offset:
+                turn = Turn(state.parent, state.carry, before + tuple(hashes), total)
             total += len(ids)
+            offset += len(piece)
             key = (state, piece)
             memo = self._chain.get(key)
             if memo is None:
@@ -201,8 +258,44 @@ class PromptHasher:
                 self._chain.put(key, memo, len(memo[0]) + 1)
             new_hashes, state = memo
             hashes.extend(new_hashes)
-        return RouteRequest(plan.model, tuple(hashes), total, plan.block_size,
-                            session_key, request_id)
+        if turn is not None and self.conversations is not None:
+            self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1)
+        result = RouteRequest(plan.model, before + tuple(hashes), total, plan.block_size,
+                              session_key, request_id)
+        if plan.audit is not None:
+            self._audits.append((plan.model, plan.audit, plan.block_size, result))
+        return result
+
+    # -- checking the incremental path ------------------------------------------------
+
+    @property
+    def audits_pending(self) -> bool:
+        return bool(self._audits)
+
+    def run_audits(self) -> int:
+        """Re-derive sampled incremental results from a full render; returns how many ran.
+
+        Off the request path: the gateway calls it when the event loop is free.
+        """
+        memo = self.conversations
+        done = 0
+        while self._audits:
+            model, body, block_size, result = self._audits.popleft()
+            done += 1
+            if memo is None or not memo.enabled:
+                continue
+            try:
+                text = self.renderer.render_chat(body)
+            except RenderError as exc:
+                memo.audit_failed(f"full render failed: {exc}")
+                continue
+            plan = self._plan_text(model, chain_seed(model, body.get("cache_salt")),
+                                   block_size, text, False)
+            full = self.finish(plan, self.tokenize_missing(plan))
+            if (full.block_hashes, full.prompt_tokens) != (result.block_hashes,
+                                                           result.prompt_tokens):
+                memo.audit_failed(f"{result.prompt_tokens} vs {full.prompt_tokens} tokens")
+        return done
 
     @staticmethod
     def _advance(state: ChainState, ids: tuple[int, ...],
@@ -223,7 +316,7 @@ class PromptHasher:
 
     def token_ids(self, model: str, body: Mapping[str, Any], kind: str) -> list[int]:
         """The full prompt token ids (for tests and the linter)."""
-        plan = self.plan(model, body, kind, 1 << 30)
+        plan = self.plan(model, body, kind, 1 << 30, incremental=False)
         if plan is None:
             raise RenderError("request cannot be rendered")
         if plan.direct_ids is not None:

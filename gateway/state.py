@@ -66,7 +66,10 @@ class GatewayState:
             tokenized = await asyncio.to_thread(hasher.tokenize_missing, plan)
         else:
             tokenized = hasher.tokenize_missing(plan)
-        return hasher.finish(plan, tokenized, session_key, request_id)
+        request = hasher.finish(plan, tokenized, session_key, request_id)
+        if hasher.audits_pending:
+            asyncio.get_running_loop().call_soon(hasher.run_audits)
+        return request
 
     async def lint_prefix(self, model: str, body: Mapping[str, Any], kind: str,
                           tenant: str | None) -> int | None:
