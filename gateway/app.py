@@ -25,7 +25,7 @@ from policies.registry import default_registry
 from . import errors
 from .api import build_router
 from .config import Settings
-from .hashers import HasherSet
+from .hashers import HasherCollector, HasherSet
 from .inprocess import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
@@ -90,11 +90,11 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,
                            default_block_size=settings.default_block_size)
-        metrics = GatewayMetrics(pool)
+        hashers = HasherSet(settings.models)
+        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers)])
         policy = registry.create(settings.policy, settings.policy_options)
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         proxy = Proxy(pool, metrics, settings.max_attempts)
-        hashers = HasherSet(settings.models)
         ops = OpsStats()
         lint = LintService(hashers, settings.models, metrics)
         state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops, lint=lint)

@@ -10,6 +10,10 @@ warning says so.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from engine.tokenizer import ByteRenderer, load_renderer
 
@@ -39,3 +43,31 @@ class HasherSet:
 
     def has_tokenizer(self, model: str) -> bool:
         return model in self._hashers
+
+    def items(self) -> list[tuple[str, PromptHasher]]:
+        return list(self._hashers.items())
+
+
+class HasherCollector(Collector):
+    """Incremental chat rendering per model, read at scrape time."""
+
+    def __init__(self, hashers: HasherSet) -> None:
+        self.hashers = hashers
+
+    def collect(self) -> Iterator[Metric]:
+        enabled = GaugeMetricFamily(
+            "prefixgate_incremental_render_enabled",
+            "1 when follow-ups are rendered from the last known turn (template verified).",
+            labels=["model"])
+        renders = CounterMetricFamily(
+            "prefixgate_incremental_renders",
+            "Chat requests rendered from a known turn instead of whole.", labels=["model"])
+        failures = CounterMetricFamily(
+            "prefixgate_render_audit_failures",
+            "Sampled incremental renders that disagreed with a full render.", labels=["model"])
+        for model, hasher in self.hashers.items():
+            memo = hasher.conversations
+            enabled.add_metric([model], 1.0 if memo is not None and memo.enabled else 0.0)
+            renders.add_metric([model], memo.incremental if memo is not None else 0)
+            failures.add_metric([model], memo.audit_failures if memo is not None else 0)
+        yield from (enabled, renders, failures)

@@ -159,3 +159,37 @@ def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> No
         assert raw.parse().usage.prompt_tokens_details.cached_tokens > 300
     finally:
         gw.stop()
+
+
+def test_a_long_conversation_is_routed_from_its_known_turns(four_sims) -> None:
+    """Follow-ups are rendered incrementally and still predict the replica's cache."""
+    for sim in four_sims:
+        assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
+    gw = GatewayProcess(gateway_settings(four_sims, policy="prefix"))
+    try:
+        gw.start()
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        messages = [{"role": "system", "content": system_prompt(500)}]
+        previous_prompt = 0
+        replicas = set()
+        for turn in range(8):
+            messages.append({"role": "user", "content": f"question {turn}: 天気は？"})
+            raw = client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=messages, max_tokens=8)
+            completion = raw.parse()
+            matched = int(raw.headers["x-prefixgate-matched-tokens"])
+            cached = completion.usage.prompt_tokens_details.cached_tokens
+            replicas.add(raw.headers["x-prefixgate-replica"])
+            if turn:
+                # the gateway knew the whole previous prompt was there, and it was
+                assert matched >= (previous_prompt // 16 - 1) * 16, (turn, matched)
+                assert cached >= matched, (turn, cached, matched)
+            previous_prompt = completion.usage.prompt_tokens
+            messages.append({"role": "assistant", "content": completion.choices[0].message.content})
+        assert len(replicas) == 1
+        metrics = httpx.get(gw.url + "/metrics").text
+        assert f'prefixgate_incremental_render_enabled{{model="{MODEL}"}} 1.0' in metrics
+        assert f'prefixgate_incremental_renders_total{{model="{MODEL}"}} 7.0' in metrics
+        assert f'prefixgate_render_audit_failures_total{{model="{MODEL}"}} 0.0' in metrics
+    finally:
+        gw.stop()
