@@ -82,6 +82,14 @@ def parser() -> argparse.ArgumentParser:
     overhead.add_argument("--time-scale", type=float, default=1000.0)
     overhead.add_argument("--num-blocks", type=int, default=16384)
     overhead.add_argument("--policy", default="least_load")
+    overhead.add_argument("--rate", type=float, default=None,
+                          help="open loop: Poisson arrivals per second (--concurrency then caps "
+                               "requests in flight; 0 = no cap). Default: closed loop")
+    overhead.add_argument("--sim-args", default="",
+                          help='extra flags for the replica, e.g. "--step-overhead 0.02"')
+    overhead.add_argument("--pin", action="store_true",
+                          help="give each gateway CPU 0 and the replica and the load generator "
+                               "the other CPUs (Linux)")
     _limits_arguments(overhead)
 
     compare = commands.add_parser("compare", help="every router in front of the same replicas")

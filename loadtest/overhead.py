@@ -24,6 +24,17 @@ difference to direct (the overhead). For each gateway also its own view,
 ``prefixgate_overhead_seconds`` (arrival to the request leaving for the
 replica) p50/p99 over the measured rounds, from its /metrics histogram.
 
+Open loop (``--rate``): Poisson arrivals at a fixed rate instead, so the
+number of streams in flight is rate x stream duration (reported as "mean in
+flight") and an added delay shows up as such rather than as a lower
+throughput. With ``--sim-args`` giving the replica a real latency model
+(e.g. ``--time-scale 1 --sim-args "--step-overhead 0.02"``) a few dozen
+requests per second keep 100 streams open without saturating the machine.
+``--pin`` gives the gateways CPU 0 and the replica and the load generator
+the other CPUs, as when the gateway runs on its own cores: what is measured
+is then the gateway's own path, not its fight with the load generator for a
+core.
+
 At a concurrency that saturates the machine, closed-loop latency is
 ``concurrency / throughput``: the end-to-end difference then measures the
 gateway's CPU cost per request (it takes cores from the replica and the load
@@ -38,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -76,6 +88,8 @@ class PathFigures:
     e2e_p50_ms: float | None
     e2e_p99_ms: float | None
     throughput_rps: float
+    mean_in_flight: float = 0.0
+    """Requests in flight on average (sum of e2e times over the run's span)."""
     ttft_overhead_p50_ms: float | None = None
     ttft_overhead_p99_ms: float | None = None
     e2e_overhead_p50_ms: float | None = None
@@ -93,7 +107,8 @@ def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
     params = SharedPrefixParams(
         groups=groups, prompts_per_group=per_group,
         system_len=max(1, args.prompt_len - QUESTION_LEN), question_len=QUESTION_LEN,
-        output_len=args.output_len, seed=seed, concurrency=args.concurrency)
+        output_len=args.output_len, seed=seed,
+        rate=args.rate, concurrency=args.concurrency if args.concurrency else None)
     workload = build_shared_prefix(params)
     conversations = workload.conversations[: args.requests]
     return Workload("overhead", conversations, workload.pacing, workload.ignore_eos,
@@ -114,15 +129,17 @@ def _figures(name: str, runs: Sequence[MeasuredRun]) -> PathFigures:
     ttft = [r.ttft * 1000 for r in good if r.ttft is not None]
     e2e = [r.e2e * 1000 for r in good if r.e2e is not None]
     # Throughput per round (first send to last answer), averaged over rounds.
-    rates = []
+    rates, in_flight = [], []
     for run_ in runs:
         ok = [r for r in run_.drive.records if r.ok]
         if ok:
             span = max(r.sent_at + (r.e2e or 0) for r in ok) - min(r.sent_at for r in ok)
             rates.append(len(ok) / span if span > 0 else 0.0)
+            in_flight.append(sum(r.e2e or 0 for r in ok) / span if span > 0 else 0.0)
     return PathFigures(name, total, total - len(good), percentile(ttft, 50), percentile(ttft, 99),
                        percentile(e2e, 50), percentile(e2e, 99),
-                       sum(rates) / len(rates) if rates else 0.0)
+                       sum(rates) / len(rates) if rates else 0.0,
+                       sum(in_flight) / len(in_flight) if in_flight else 0.0)
 
 
 def _ms_or_none(value: float | None) -> float | None:
@@ -153,9 +170,9 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float) -> str:
     header = ("| path | requests | errors | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
-              "| req/s | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
+              "| req/s | mean in flight | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
               "| throughput vs direct | in-gateway overhead p50 / p99 ms |")
-    lines = [header, "|" + "---|" * 12]
+    lines = [header, "|" + "---|" * 13]
     for p in paths:
         at_least = ">= " if p.gateway_overhead_p99_beyond_buckets else ""
         own = (f"{_fmt(p.gateway_overhead_p50_ms, 3)} / "
@@ -164,7 +181,7 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
         lines.append(
             f"| {p.name} | {p.requests} | {p.errors} | {_fmt(p.ttft_p50_ms)} | {_fmt(p.ttft_p99_ms)} "
             f"| {_fmt(p.e2e_p50_ms)} | {_fmt(p.e2e_p99_ms)} | {_fmt(p.throughput_rps)} "
-            f"| {_fmt(p.ttft_overhead_p50_ms)} / {_fmt(p.ttft_overhead_p99_ms)} "
+            f"| {_fmt(p.mean_in_flight, 0)} | {_fmt(p.ttft_overhead_p50_ms)} / {_fmt(p.ttft_overhead_p99_ms)} "
             f"| {_fmt(p.e2e_overhead_p50_ms)} / {_fmt(p.e2e_overhead_p99_ms)} "
             f"| {_fmt(p.throughput_ratio, 2)} | {own} |")
     verdicts = []
@@ -191,7 +208,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out: Path = args.out
     log_dir = out / "logs"
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
-    fleet = SimFleetSpec(count=1, num_blocks=args.num_blocks, time_scale=args.time_scale)
+    fleet = SimFleetSpec(count=1, num_blocks=args.num_blocks, time_scale=args.time_scale,
+                         extra_args=tuple(shlex.split(args.sim_args)))
     limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout)
     runs: dict[str, list[MeasuredRun]] = {"direct": [], **{f"prefixgate:{p}": [] for p in policies}}
     own: dict[str, dict[float, float]] = {}
@@ -202,6 +220,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
             spec = ContenderSpec("prefixgate", policy)
             urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(), group,
                                      log_dir)
+        if args.pin:
+            pin(group, gateways=[s for s in group.services if s.name.startswith("prefixgate")])
         for round_index in range(args.rounds + 1):
             workload = overhead_workload(args, seed=round_index)
             for name, url in urls.items():
@@ -229,7 +249,9 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "machine": machine_info(repo_root()), "event_loop": loop_name(),
         "concurrency": args.concurrency, "requests_per_round": args.requests,
         "rounds": args.rounds, "prompt_len": args.prompt_len, "output_len": args.output_len,
-        "sim": {"time_scale": args.time_scale, "num_blocks": args.num_blocks},
+        "sim": {"time_scale": args.time_scale, "num_blocks": args.num_blocks,
+                "extra_args": args.sim_args},
+        "rate": args.rate, "pinned": args.pin,
     }
     (out / "overhead.json").write_text(json.dumps(
         {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
@@ -240,3 +262,23 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
              f"TTFT, {args.concurrency} concurrent streams, direct vs gateway")
     print(table)
     return 0
+
+
+def pin(group: ServiceGroup, gateways: Sequence[Any]) -> None:
+    """CPU 0 for the gateways, the other CPUs for everything else (this process too)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    own, rest = {cpus[0]}, set(cpus[1:])
+    for service in group.services:
+        if service.process is not None:
+            _pin_process(service.process.pid, own if service in gateways else rest)
+    _pin_process(os.getpid(), rest)
+    print(f"pinned: gateways on CPU {cpus[0]}, replica and load generator on "
+          f"{sorted(rest)}", file=sys.stderr)
+
+
+def _pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of the process (affinity is per thread on Linux)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
