@@ -30,6 +30,7 @@ import openai
 
 from .client import ChatCall, RequestRecord, stream_chat
 from .progress import Progress
+from .raw_client import RawChatClient
 from .workloads.base import Conversation, Workload
 
 
@@ -57,7 +58,7 @@ class _Run:
     def __init__(
         self,
         workload: Workload,
-        client: openai.AsyncOpenAI,
+        client: openai.AsyncOpenAI | RawChatClient,
         model: str,
         clock: Callable[[], float],
         wall_clock: Callable[[], datetime],
@@ -109,7 +110,12 @@ class _Run:
                 self.prompts.append(SentPrompt(self.clock() - self.start, messages))
                 if self.progress:
                     self.progress.inflight += 1
-                outcome = await stream_chat(self.client, self.model, call, self.clock, self.start)
+                if isinstance(self.client, RawChatClient):
+                    outcome = await self.client.stream_chat(self.model, call, self.clock,
+                                                            self.start)
+                else:
+                    outcome = await stream_chat(self.client, self.model, call, self.clock,
+                                                self.start)
                 if self.progress:
                     self.progress.inflight -= 1
                     self.progress.done += 1
@@ -144,7 +150,7 @@ class _Run:
 
 async def drive(
     workload: Workload,
-    client: openai.AsyncOpenAI,
+    client: openai.AsyncOpenAI | RawChatClient,
     model: str,
     *,
     clock: Callable[[], float],

@@ -22,6 +22,7 @@ import openai
 
 from .driver import DriveResult, drive
 from .progress import Progress
+from .raw_client import RawChatClient
 from .replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
 from .workloads.base import Workload
 
@@ -51,6 +52,9 @@ class RunLimits:
     """No new request after this many seconds."""
     request_timeout: float = 120.0
     sample_period: float = 0.5
+    raw_client: bool = False
+    """Drive with the lean client (``.raw_client``) instead of the official one;
+    single-turn workloads only."""
 
 
 def openai_client(target: Target, limits: RunLimits) -> openai.AsyncOpenAI:
@@ -71,7 +75,13 @@ async def measure(
     urls = tuple(replica_urls)
     async with httpx.AsyncClient(timeout=5.0) as scraper:
         before = await scrape_all(scraper, urls) if urls else {}
-        client = openai_client(target, limits)
+        client: openai.AsyncOpenAI | RawChatClient
+        if limits.raw_client:
+            if any(len(c.turns) > 1 for c in workload.conversations):
+                raise ValueError("the lean client keeps no answers: single-turn workloads only")
+            client = RawChatClient(target.base_url, target.api_key, limits.request_timeout)
+        else:
+            client = openai_client(target, limits)
         sampler = LoadSampler(scraper, urls, clock, limits.sample_period)
         progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
                             stream=progress_stream)

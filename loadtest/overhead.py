@@ -210,7 +210,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     fleet = SimFleetSpec(count=1, num_blocks=args.num_blocks, time_scale=args.time_scale,
                          extra_args=tuple(shlex.split(args.sim_args)))
-    limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout)
+    limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
+                       raw_client=args.client == "raw")
     runs: dict[str, list[MeasuredRun]] = {"direct": [], **{f"prefixgate:{p}": [] for p in policies}}
     own: dict[str, dict[float, float]] = {}
     with ServiceGroup() as group:
@@ -251,7 +252,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "rounds": args.rounds, "prompt_len": args.prompt_len, "output_len": args.output_len,
         "sim": {"time_scale": args.time_scale, "num_blocks": args.num_blocks,
                 "extra_args": args.sim_args},
-        "rate": args.rate, "pinned": args.pin,
+        "rate": args.rate, "pinned": args.pin, "client": args.client,
     }
     (out / "overhead.json").write_text(json.dumps(
         {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
