@@ -80,20 +80,44 @@ class RemoteBackend:
 
     async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
         content = response.content
-        while True:
-            try:
-                async with asyncio.timeout(self.timeouts.idle):
+        loop = asyncio.get_running_loop()
+        idle = self.timeouts.idle
+        # The idle timeout is a lazy timer: a read only notes when it started
+        # waiting, and a timer that fires at most once per ``idle`` seconds
+        # checks that note — instead of arming and cancelling a timer per
+        # chunk (asyncio.timeout), which at thousands of chunks a second was a
+        # good part of the gateway's CPU. A read waiting too long is failed by
+        # setting the exception on aiohttp's stream reader.
+        waiting_since = [0.0]
+
+        def check() -> None:
+            nonlocal timer
+            started = waiting_since[0]
+            if started and loop.time() - started >= idle:
+                content.set_exception(ReplicaTimeout(
+                    self.replica_id, "stream idle for too long", before_first_byte=False))
+                return
+            timer = loop.call_at((started or loop.time()) + idle, check)
+
+        timer = loop.call_at(loop.time() + idle, check)
+        try:
+            while True:
+                waiting_since[0] = loop.time()
+                try:
                     chunk = await content.readany()
-            except TimeoutError:
-                raise ReplicaTimeout(self.replica_id, "stream idle for too long",
-                                     before_first_byte=False) from None
-            except (aiohttp.ClientError, ConnectionError) as exc:
-                raise ReplicaStreamBroken(self.replica_id, f"{type(exc).__name__}: {exc}") from None
-            if not chunk:
-                if content.at_eof():
-                    return
-                continue
-            yield chunk
+                except ReplicaTimeout:
+                    raise
+                except (aiohttp.ClientError, ConnectionError) as exc:
+                    raise ReplicaStreamBroken(self.replica_id,
+                                              f"{type(exc).__name__}: {exc}") from None
+                waiting_since[0] = 0.0
+                if not chunk:
+                    if content.at_eof():
+                        return
+                    continue
+                yield chunk
+        finally:
+            timer.cancel()
 
     @staticmethod
     def _closer(response: aiohttp.ClientResponse):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 
 import httpx
 from fastapi import FastAPI
+from starlette.types import Receive, Scope, Send
 
 from engine.backend import Backend, Timeouts
 from engine.httpx_backend import HttpxBackend
@@ -39,6 +40,7 @@ from .ops_view import OpsView
 from .proxy import Proxy
 from .routing import Router
 from .state import GatewayState
+from .streaming import RAW_SEND
 
 log = logging.getLogger("prefixgate")
 
@@ -63,6 +65,21 @@ def build_backends(settings: Settings,
             backend = RemoteBackend(replica_id, cfg.url, timeouts, api_key=cfg.api_key)
         out.append((spec, backend))
     return out
+
+
+class GatewayApp(FastAPI):
+    """FastAPI, plus the server's own ``send`` in the scope for stream relays.
+
+    Starlette's error middlewares wrap ``send`` to learn whether a response
+    has started; once a relay has sent its start through them, its body
+    chunks (thousands a second under load) go straight to the server
+    (``gateway.streaming``).
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope[RAW_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
@@ -118,7 +135,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             await ops_sampler.aclose()
             await pool.aclose()
 
-    app = FastAPI(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
+    app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     errors.install(app)
     return app

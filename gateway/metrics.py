@@ -29,8 +29,8 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5,
                     5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
                  0.5, 0.75, 1.0, 2.5)
-_FAST_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                 0.01, 0.025, 0.05, 0.1)
+_FAST_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0.001, 0.0015,
+                 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5)
 
 
 class GatewayMetrics:
@@ -54,6 +54,11 @@ class GatewayMetrics:
         self.overhead_seconds = Histogram(
             "prefixgate_overhead_seconds",
             "Gateway time before the request leaves for the replica (parse, render, decide).",
+            buckets=_FAST_BUCKETS, registry=r)
+        self.added_ttft_seconds = Histogram(
+            "prefixgate_added_ttft_seconds",
+            "Gateway time on a stream's way to its first token: before the request leaves "
+            "(read, parse, render, decide) plus relaying the replica's first chunk.",
             buckets=_FAST_BUCKETS, registry=r)
         self.decision_seconds = Histogram(
             "prefixgate_routing_decision_seconds", "Time the policy took to pick a replica.",

@@ -77,6 +77,7 @@ class Proxy:
     ) -> Response | RelayStream:
         outcome = Outcome()
         last_error: EngineError | None = None
+        before_forward = self.clock() - started
         for replica_id in order[: self.max_attempts]:
             outcome.attempts += 1
             stack = contextlib.ExitStack()
@@ -85,10 +86,16 @@ class Proxy:
                 upstream = await self.pool.get(replica_id).backend.send(path, body, headers)
                 if stream and upstream.status_code == 200:
                     first = await self._first_chunk(upstream)
-                    outcome.ttft = self.clock() - started
+                    received = self.clock()
+                    outcome.ttft = received - started
                     ours = await response_headers(replica_id)
+
+                    def first_sent() -> None:
+                        self.metrics.added_ttft_seconds.observe(
+                            before_forward + self.clock() - received)
+
                     return self._relay(upstream, first, replica_id, outcome, stack, on_finish,
-                                       self._headers(upstream, ours))
+                                       self._headers(upstream, ours), first_sent)
                 payload = await self._read_all(request, upstream)
                 if payload is None:
                     stack.close()
@@ -149,7 +156,7 @@ class Proxy:
 
     def _relay(self, upstream: UpstreamResponse, first: bytes, replica_id: str,
                outcome: Outcome, stack: contextlib.ExitStack, on_finish: Finish,
-               headers: dict[str, str]) -> RelayStream:
+               headers: dict[str, str], first_sent: Callable[[], None]) -> RelayStream:
         observer = StreamObserver()
         outcome.replica_id = replica_id
         outcome.status = upstream.status_code
@@ -170,7 +177,7 @@ class Proxy:
                 on_finish(outcome)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
-                           observer.feed, finish)
+                           observer.feed, finish, first_sent)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, ours: dict[str, str]) -> dict[str, str]:

@@ -27,6 +27,10 @@ from engine.errors import EngineError
 from .errors import error_body
 
 
+RAW_SEND = "prefixgate.send"
+"""Scope key of the server's unwrapped ``send`` (set by ``gateway.app.GatewayApp``)."""
+
+
 class RelayStream(Response):
     def __init__(
         self,
@@ -36,6 +40,7 @@ class RelayStream(Response):
         headers: Mapping[str, str],
         on_chunk: Callable[[bytes], None],
         on_finish: Callable[[BaseException | None], Awaitable[None]],
+        on_first_sent: Callable[[], None] | None = None,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.first_chunk = first_chunk
@@ -46,10 +51,11 @@ class RelayStream(Response):
                             for k, v in headers.items()]
         self.on_chunk = on_chunk
         self.on_finish = on_finish
+        self.on_first_sent = on_first_sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         outcome: BaseException | None = None
-        relay = asyncio.ensure_future(self._relay(send))
+        relay = asyncio.ensure_future(self._relay(send, scope.get(RAW_SEND, send)))
         watcher = asyncio.ensure_future(wait_disconnect(receive))
         try:
             done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -68,15 +74,21 @@ class RelayStream(Response):
             watcher.cancel()
             await self.on_finish(outcome)
 
-    async def _relay(self, send: Send) -> None:
+    async def _relay(self, send: Send, body_send: Send) -> None:
+        # The start goes through the middlewares (they note that a response
+        # began); the body chunks go straight to the server.
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
-        self.on_chunk(self.first_chunk)
-        await send({"type": "http.response.body", "body": self.first_chunk, "more_body": True})
+        on_chunk = self.on_chunk
+        on_chunk(self.first_chunk)
+        await body_send({"type": "http.response.body", "body": self.first_chunk,
+                         "more_body": True})
+        if self.on_first_sent is not None:
+            self.on_first_sent()
         try:
             async for chunk in self.rest:
-                self.on_chunk(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                on_chunk(chunk)
+                await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             event = error_body(502, f"the replica failed mid-stream: {exc.detail}",
                                "BadGatewayError", code="upstream_stream_broken")

@@ -8,6 +8,7 @@ SSE events and keeps the tail of the stream, where vLLM puts the usage chunk
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import orjson
@@ -51,16 +52,23 @@ class StreamObserver:
     def __init__(self) -> None:
         self.events = 0
         self.bytes = 0
-        self._tail = b""
+        # The last chunks, at least _TAIL_BYTES of them once that much went by
+        # (kept as a list: no copying per chunk).
+        self._tail: deque[bytes] = deque()
+        self._tail_bytes = 0
 
     def feed(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data: ")
-        self.bytes += len(chunk)
-        tail = self._tail + chunk
-        self._tail = tail[-_TAIL_BYTES:] if len(tail) > _TAIL_BYTES else tail
+        size = len(chunk)
+        self.bytes += size
+        tail = self._tail
+        tail.append(chunk)
+        self._tail_bytes += size
+        while self._tail_bytes - len(tail[0]) >= _TAIL_BYTES:
+            self._tail_bytes -= len(tail.popleft())
 
     def usage(self) -> Usage | None:
-        for line in reversed(self._tail.split(b"\n")):
+        for line in reversed(b"".join(self._tail).split(b"\n")):
             if line.startswith(b"data: {") and b'"usage":{' in line.replace(b" ", b""):
                 try:
                     return usage_from_object(orjson.loads(line[6:]))
