@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -23,6 +24,7 @@ from starlette.responses import Response
 from .errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from .jsonresp import JSONResponse
 from .proxy import Outcome
+from .routing import Routed
 from .schemas import ChatBody, CompletionBody, Sampling, parse_json, validate
 from .state import GatewayState
 
@@ -71,11 +73,23 @@ def build_router(state: GatewayState) -> APIRouter:
         lint = asyncio.ensure_future(state.lint_prefix(
             model, data, kind, request.headers.get("authorization") or body.user))
         try:
-            route_request = await state.describe(model, data, kind, session_key, request_id)
-            routed = state.router.decide(route_request)
+            described = await state.describe(model, data, kind, session_key, request_id)
+            routed = state.router.decide(described.request)
         except BaseException:
             lint.cancel()
             raise
+        # Prompt text never seen before is tokenized once the request has left
+        # (the task runs at the handler's first wait, after the request is sent).
+        rest = asyncio.ensure_future(described.rest()) if described.rest else None
+
+        def settled() -> Routed:
+            """The decision with the whole request, once its tokenizing is done."""
+            nonlocal routed, rest
+            if rest is not None and rest.done():
+                if not rest.cancelled() and rest.exception() is None:
+                    routed = dataclasses.replace(routed, request=rest.result())
+                rest = None
+            return routed
         headers = {"x-request-id": request_id}
         for name in ("authorization", "traceparent", "tracestate"):
             if name in request.headers:
@@ -84,14 +98,19 @@ def build_router(state: GatewayState) -> APIRouter:
         state.metrics.overhead_seconds.observe(time.perf_counter() - started)
 
         def finish(outcome: Outcome) -> None:
-            state.record(model, routed, outcome, started)
+            if rest is not None and not rest.done():
+                rest.cancel()  # answered before the tokenizing ran: recorded as decided
+            state.record(model, settled(), outcome, started)
 
         async def response_headers(replica_id: str) -> dict[str, str]:
             lint_warnings = await lint
+            if rest is not None:
+                await asyncio.wait([rest])
             return {
                 "x-prefixgate-replica": replica_id,
                 "x-request-id": request_id,
-                "x-prefixgate-matched-tokens": str(state.predicted_cached(routed, replica_id)),
+                "x-prefixgate-matched-tokens": str(state.predicted_cached(settled(),
+                                                                          replica_id)),
                 **({"x-prefixgate-lint": str(lint_warnings)} if lint_warnings is not None else {}),
             }
 
@@ -102,6 +121,8 @@ def build_router(state: GatewayState) -> APIRouter:
         finally:
             if not lint.done():
                 lint.cancel()
+            if rest is not None and not rest.done():
+                rest.cancel()
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

@@ -237,6 +237,34 @@ class PromptHasher:
             hashes = extend(plan.seed, plan.direct_ids, plan.block_size)
             return RouteRequest(plan.model, tuple(hashes), len(plan.direct_ids),
                                 plan.block_size, session_key, request_id)
+        hashes, total, turn = self._chain_pieces(plan, len(plan.pieces))
+        if turn is not None and self.conversations is not None:
+            self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1)
+        result = RouteRequest(plan.model, hashes, total, plan.block_size, session_key, request_id)
+        if plan.audit is not None:
+            self._audits.append((plan.model, plan.audit, plan.block_size, result))
+        return result
+
+    def finish_known(self, plan: Plan, session_key: str | None = None,
+                     request_id: str = "") -> RouteRequest:
+        """The blocks of the pieces before the first one still to tokenize.
+
+        For a policy that only knows what the gateway itself routed: text never
+        tokenized here cannot be in its index, so the decision over the known
+        blocks is the decision over all of them, and tokenizing the rest can
+        wait until the request has left (``finish`` then gives the whole
+        request). ``prompt_tokens`` is an estimate until then (4 characters a
+        token for the rest).
+        """
+        known = plan.missing[0] if plan.missing else len(plan.pieces)
+        hashes, total, _ = self._chain_pieces(plan, known)
+        estimate = total + plan.missing_chars // 4 + (1 if plan.missing else 0)
+        return RouteRequest(plan.model, hashes, estimate, plan.block_size, session_key,
+                            request_id)
+
+    def _chain_pieces(self, plan: Plan, count: int) -> tuple[tuple[int, ...], int, Turn | None]:
+        """Block hashes and tokens of the first ``count`` pieces (after ``plan.base``),
+        and the turn to remember at ``plan.store_offset`` when it is reached."""
         base = plan.base
         if base is None:
             state, before, total = ChainState(plan.seed, ()), (), 0
@@ -245,7 +273,7 @@ class PromptHasher:
         hashes: list[int] = []
         offset = 0
         turn = None
-        for piece, ids in zip(plan.pieces, plan.token_ids):
+        for piece, ids in zip(plan.pieces[:count], plan.token_ids[:count]):
             assert ids is not None
             if offset == plan.store_offset:
                 turn = Turn(state.parent, state.carry, before + tuple(hashes), total)
@@ -258,13 +286,7 @@ class PromptHasher:
                 self._chain.put(key, memo, len(memo[0]) + 1)
             new_hashes, state = memo
             hashes.extend(new_hashes)
-        if turn is not None and self.conversations is not None:
-            self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1)
-        result = RouteRequest(plan.model, before + tuple(hashes), total, plan.block_size,
-                              session_key, request_id)
-        if plan.audit is not None:
-            self._audits.append((plan.model, plan.audit, plan.block_size, result))
-        return result
+        return before + tuple(hashes), total, turn
 
     # -- checking the incremental path ------------------------------------------------
 

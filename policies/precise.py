@@ -58,6 +58,7 @@ class PreciseConfig(ScoringConfig):
 class PrecisePolicy:
     name = "precise"
     uses_prefix = True
+    knows_only_own_routing = False
 
     def __init__(self, config: PreciseConfig | None = None, *, clock: Callable[[], float]) -> None:
         self.config = config or PreciseConfig()

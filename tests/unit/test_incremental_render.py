@@ -151,3 +151,23 @@ def test_audit_turns_the_incremental_path_off_when_it_disagrees(
     body = {"messages": list(messages)}
     described = hasher.describe("m", body, "chat", 16)  # ... and it is whole again
     assert list(described.block_hashes) == expected_hashes(renderer, body, 16)[0]
+
+
+def test_known_blocks_are_a_prefix_of_the_whole_request(qwen: HFRenderer) -> None:
+    """A policy of the gateway's own routing decides on the blocks before any new text."""
+    hasher = PromptHasher(qwen)
+    system = {"role": "system", "content": "house rules " * 200}
+    hasher.describe("m", {"messages": [system, {"role": "user", "content": "warm-up"}]},
+                    "chat", 16)
+    body = {"messages": [system, {"role": "user", "content": "a question never seen " * 30}]}
+    plan = hasher.plan("m", body, "chat", 16)
+    assert plan is not None and plan.missing  # the new question is still to tokenize
+    known = hasher.finish_known(plan)
+    whole = hasher.finish(plan, hasher.tokenize_missing(plan))
+    assert whole.block_hashes[:len(known.block_hashes)] == known.block_hashes
+    # the system prompt's full blocks are all known before the question is tokenized
+    system_tokens = len(qwen.text_token_ids("<|im_start|>system\n" + system["content"],
+                                            add_special_tokens=False))
+    assert len(known.block_hashes) >= system_tokens // 16 - 1
+    assert known.prompt_tokens >= whole.prompt_tokens * 0.5  # an estimate until then
+    assert list(whole.block_hashes) == expected_hashes(qwen, body, 16)[0]

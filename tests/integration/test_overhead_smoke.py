@@ -1,0 +1,39 @@
+"""A seconds-long ``python -m loadtest overhead`` in the open-loop, lean-client mode.
+
+One simulated replica and one gateway, a handful of open-loop requests
+through the lean client (``loadtest/raw_client.py``). Nothing is timed: the
+test checks that both paths answered every request and that the gateway's
+own histogram of its added time to first token was read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "loadtest", "overhead", "--concurrency", "0", "--rate", "20",
+        "--requests", "12", "--rounds", "1", "--prompt-len", "256", "--output-len", "6",
+        "--distinct-prompts", "8", "--time-scale", "20", "--client", "raw",
+        "--policy", "prefix", "--out", str(tmp_path),
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    document = json.loads((tmp_path / "overhead.json").read_text())
+    assert document["meta"]["client"] == "raw" and document["meta"]["rate"] == 20
+    paths = {path["name"]: path for path in document["paths"]}
+    assert set(paths) == {"direct", "prefixgate:prefix"}
+    for path in paths.values():
+        assert path["requests"] == 12 and path["errors"] == 0
+        assert path["ttft_p50_ms"] > 0 and path["mean_in_flight"] > 0
+    gateway = paths["prefixgate:prefix"]
+    assert gateway["added_ttft_p50_ms"] is not None and gateway["added_ttft_p50_ms"] > 0
+    assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()
