@@ -125,9 +125,19 @@ async def stream_chat(
         error = _short(exc)
     end = clock()
     completion = getattr(usage, "completion_tokens", None)
-    if completion is None:
-        completion = chunks_with_text
     details = getattr(usage, "prompt_tokens_details", None)
+    record = measured(call, run_start, start, first, end, error, replica,
+                      completion if completion is not None else chunks_with_text,
+                      getattr(usage, "prompt_tokens", None),
+                      getattr(details, "cached_tokens", None), usage is not None)
+    return ChatOutcome(record, "".join(pieces))
+
+
+def measured(call: ChatCall, run_start: float, start: float, first: float | None, end: float,
+             error: str | None, replica: str | None, completion: int,
+             prompt_tokens: int | None, cached_tokens: int | None,
+             usage_reported: bool) -> RequestRecord:
+    """The record of one streamed request from its clock readings and usage."""
     ttft = None if first is None else first - start
     e2e = end - start if error is None else None
     tpot = None
@@ -135,19 +145,9 @@ async def stream_chat(
         tpot = (e2e - ttft) / (completion - 1)
     if error is None and first is None and call.max_tokens > 0:
         error = "stream ended without content"
-    record = RequestRecord(
-        conversation=call.conversation,
-        group=call.group,
-        turn=call.turn,
-        sent_at=start - run_start,
-        ttft=ttft,
-        tpot=tpot,
-        e2e=e2e,
-        prompt_tokens=getattr(usage, "prompt_tokens", None),
-        completion_tokens=completion,
-        cached_tokens=getattr(details, "cached_tokens", None),
-        usage_reported=usage is not None,
-        replica=replica,
-        error=error,
-    )
-    return ChatOutcome(record, "".join(pieces))
+    return RequestRecord(
+        conversation=call.conversation, group=call.group, turn=call.turn,
+        sent_at=start - run_start, ttft=ttft, tpot=tpot, e2e=e2e,
+        prompt_tokens=prompt_tokens, completion_tokens=completion,
+        cached_tokens=cached_tokens, usage_reported=usage_reported,
+        replica=replica, error=error)

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .client import REPLICA_HEADER, ChatCall, ChatOutcome, RequestRecord
+from .client import REPLICA_HEADER, ChatCall, ChatOutcome, measured
 
 
 class RawChatClient:
@@ -75,23 +75,12 @@ class RawChatClient:
         except Exception as exc:  # noqa: BLE001 - every failure is a measured outcome
             error = f"{type(exc).__name__}: {str(exc)[:200]}"
         end = clock()
-        completion = (usage or {}).get("completion_tokens")
-        if completion is None:
-            completion = chunks
-        ttft = None if first is None else first - start
-        e2e = end - start if error is None else None
-        tpot = None
-        if ttft is not None and e2e is not None and completion > 1:
-            tpot = (e2e - ttft) / (completion - 1)
-        if error is None and first is None and call.max_tokens > 0:
-            error = "stream ended without content"
-        details = (usage or {}).get("prompt_tokens_details") or {}
-        record = RequestRecord(
-            conversation=call.conversation, group=call.group, turn=call.turn,
-            sent_at=start - run_start, ttft=ttft, tpot=tpot, e2e=e2e,
-            prompt_tokens=(usage or {}).get("prompt_tokens"), completion_tokens=completion,
-            cached_tokens=details.get("cached_tokens"), usage_reported=usage is not None,
-            replica=replica, error=error)
+        usage = usage or {}
+        completion = usage.get("completion_tokens")
+        details = usage.get("prompt_tokens_details") or {}
+        record = measured(call, run_start, start, first, end, error, replica,
+                          completion if completion is not None else chunks,
+                          usage.get("prompt_tokens"), details.get("cached_tokens"), bool(usage))
         # Only the first text piece is kept: a multi-turn workload, whose next
         # prompt holds the whole answer, must use the official client.
         return ChatOutcome(record, "".join(pieces))
