@@ -34,6 +34,7 @@ from .lint.service import LintService
 from .lint_api import build_lint_router
 from .metrics import GatewayMetrics
 from .ops_routes import build_ops_router
+from .loop_lag import LoopLagProbe
 from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
 from .ops_view import OpsView
@@ -120,6 +121,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         await pool.start()
         ops_sampler = OpsSampler(pool, ops)
         ops_sampler.start()
+        lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
+        lag_probe.start()
         kv_feed = KVFeed(settings, pool, policy)
         kv_feed.start()
         app.include_router(build_router(state))
@@ -132,6 +135,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             yield
         finally:
             await kv_feed.aclose()
+            await lag_probe.aclose()
             await ops_sampler.aclose()
             await pool.aclose()
 

@@ -60,6 +60,10 @@ class GatewayMetrics:
             "Gateway time on a stream's way to its first token: before the request leaves "
             "(read, parse, render, decide) plus relaying the replica's first chunk.",
             buckets=_FAST_BUCKETS, registry=r)
+        self.loop_lag_seconds = Histogram(
+            "prefixgate_event_loop_lag_seconds",
+            "How late the gateway's event loop woke a task that was due (sampled every 50 ms).",
+            buckets=_FAST_BUCKETS, registry=r)
         self.decision_seconds = Histogram(
             "prefixgate_routing_decision_seconds", "Time the policy took to pick a replica.",
             ["policy"], buckets=_FAST_BUCKETS, registry=r)

@@ -77,6 +77,7 @@ from .workloads.shared_prefix import build as build_shared_prefix
 QUESTION_LEN = 128
 OVERHEAD_SERIES = "prefixgate_overhead_seconds"
 ADDED_TTFT_SERIES = "prefixgate_added_ttft_seconds"
+LOOP_LAG_SERIES = "prefixgate_event_loop_lag_seconds"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ class PathFigures:
     """The gateway's own ``prefixgate_added_ttft_seconds``: its time on a stream's
     way to the first token (before forwarding + relaying the first chunk)."""
     added_ttft_p99_beyond_buckets: bool = False
+    loop_lag_p50_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    """``prefixgate_event_loop_lag_seconds`` over the measured rounds."""
 
 
 def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
@@ -152,8 +156,8 @@ def _ms_or_none(value: float | None) -> float | None:
     return None if value is None else value * 1000
 
 
-def _with_overhead(path: PathFigures, direct: PathFigures,
-                   own: dict[float, float], added: dict[float, float]) -> PathFigures:
+def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, float],
+                   added: dict[float, float], lag: dict[float, float]) -> PathFigures:
     def diff(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else a - b
 
@@ -170,7 +174,9 @@ def _with_overhead(path: PathFigures, direct: PathFigures,
            "gateway_overhead_p99_beyond_buckets": beyond_buckets(own, quantile(own, 0.99)),
            "added_ttft_p50_ms": _ms_or_none(quantile(added, 0.5)),
            "added_ttft_p99_ms": _ms_or_none(quantile(added, 0.99)),
-           "added_ttft_p99_beyond_buckets": beyond_buckets(added, quantile(added, 0.99))})
+           "added_ttft_p99_beyond_buckets": beyond_buckets(added, quantile(added, 0.99)),
+           "loop_lag_p50_ms": _ms_or_none(quantile(lag, 0.5)),
+           "loop_lag_p99_ms": _ms_or_none(quantile(lag, 0.99))})
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -214,6 +220,9 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
                 f"- {p.name}: in-gateway added TTFT p50 {p.added_ttft_p50_ms:.3f} ms, "
                 f"p99 {at_least}{p.added_ttft_p99_ms:.3f} ms -> target {target} "
                 f"{'MET' if met else 'NOT MET'}")
+        if p.loop_lag_p50_ms is not None and p.loop_lag_p99_ms is not None:
+            verdicts.append(f"- {p.name}: event-loop lag p50 {p.loop_lag_p50_ms:.3f} ms, "
+                            f"p99 {p.loop_lag_p99_ms:.3f} ms")
     return "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
 
 
@@ -228,6 +237,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     runs: dict[str, list[MeasuredRun]] = {"direct": [], **{f"prefixgate:{p}": [] for p in policies}}
     own: dict[str, dict[float, float]] = {}
     added: dict[str, dict[float, float]] = {}
+    lag: dict[str, dict[float, float]] = {}
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
@@ -244,6 +254,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 gateway = name != "direct"
                 before = scrape_buckets(url, OVERHEAD_SERIES) if gateway else {}
                 before_added = scrape_buckets(url, ADDED_TTFT_SERIES) if gateway else {}
+                before_lag = scrape_buckets(url, LOOP_LAG_SERIES) if gateway else {}
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
@@ -252,14 +263,16 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     runs[name].append(measured)
                     if gateway:
                         for series, start, sums in ((OVERHEAD_SERIES, before, own),
-                                                    (ADDED_TTFT_SERIES, before_added, added)):
+                                                    (ADDED_TTFT_SERIES, before_added, added),
+                                                    (LOOP_LAG_SERIES, before_lag, lag)):
                             change = delta(start, scrape_buckets(url, series))
                             total = sums.setdefault(name, {})
                             for bound, count in change.items():
                                 total[bound] = total.get(bound, 0.0) + count
     figures = {name: _figures(name, rs) for name, rs in runs.items()}
     direct = figures["direct"]
-    rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}))
+    rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}),
+                                      lag.get(n, {}))
                        for n, f in figures.items() if n != "direct"]
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {

@@ -3,7 +3,7 @@
 One simulated replica and one gateway, a handful of open-loop requests
 through the lean client (``loadtest/raw_client.py``). Nothing is timed: the
 test checks that both paths answered every request and that the gateway's
-own histogram of its added time to first token was read back.
+own histograms (added time to first token, event-loop lag) were read back.
 """
 
 from __future__ import annotations
@@ -36,4 +36,5 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
         assert path["ttft_p50_ms"] > 0 and path["mean_in_flight"] > 0
     gateway = paths["prefixgate:prefix"]
     assert gateway["added_ttft_p50_ms"] is not None and gateway["added_ttft_p50_ms"] > 0
+    assert gateway["loop_lag_p99_ms"] is not None  # the event-loop probe was read back
     assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()
