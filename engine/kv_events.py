@@ -54,7 +54,6 @@ with``) wrap it in a task. Nothing here blocks the loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -73,6 +72,8 @@ from policies.events import (
     EventBatch,
     KVEvent,
 )
+
+from .tasks import cancel
 
 logger = logging.getLogger(__name__)
 
@@ -250,10 +251,7 @@ class KVEventSubscriber:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
     async def __aenter__(self) -> Self:
         self.start()

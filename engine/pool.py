@@ -30,6 +30,7 @@ from policies.types import ReplicaView
 from .backend import Backend
 from .errors import EngineError
 from .scrape import ReplicaMetrics, parse_vllm_metrics
+from .tasks import cancel
 
 log = logging.getLogger("prefixgate.pool")
 
@@ -120,11 +121,7 @@ class ReplicaPool:
                                                    name=f"probe-{replica.id}"))
 
     async def aclose(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(*self._tasks)
         self._tasks.clear()
         await asyncio.gather(*(r.backend.aclose() for r in self._replicas.values()),
                              return_exceptions=True)

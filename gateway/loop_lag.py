@@ -10,9 +10,10 @@ which no per-request histogram can see.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from prometheus_client import Histogram
+
+from engine.tasks import cancel
 
 
 class LoopLagProbe:
@@ -26,10 +27,7 @@ class LoopLagProbe:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel(task)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

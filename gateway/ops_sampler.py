@@ -11,10 +11,10 @@ stops on ``aclose``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from engine.pool import ReplicaPool
+from engine.tasks import cancel
 
 from .ops_stats import OpsStats, ReplicaReading
 
@@ -49,11 +49,7 @@ class OpsSampler:
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel(task)
 
     async def _loop(self) -> None:
         while True:

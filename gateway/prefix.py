@@ -108,15 +108,14 @@ class Plan:
 
 class PromptHasher:
     def __init__(self, renderer: Renderer, piece_cache_tokens: int = 2_000_000,
-                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000,
-                 incremental: bool = True) -> None:
+                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000) -> None:
         self.renderer = renderer
         self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(piece_cache_tokens)
         self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
             chain_cache_blocks)
         self._split = self._splitter()
         self.conversations: ConversationMemo | None = None
-        if incremental and self._split is not None:
+        if self._split is not None:
             self.conversations = ConversationMemo(renderer.render_chat, self._split,
                                                   LRU(turn_cache_blocks))
         self._audits: deque[tuple[str, Mapping[str, Any], int, RouteRequest]] = deque(maxlen=16)

