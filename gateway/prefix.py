@@ -296,7 +296,8 @@ class PromptHasher:
     def run_audits(self) -> int:
         """Re-derive sampled incremental results from a full render; returns how many ran.
 
-        Off the request path: the gateway calls it when the event loop is free.
+        Off the request's path: the gateway schedules it on the event loop (call_soon)
+        once the request that sampled it has been described; a full render of 1 in 64.
         """
         memo = self.conversations
         done = 0
