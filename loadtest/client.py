@@ -46,6 +46,10 @@ class RequestRecord:
     usage_reported: bool = False
     replica: str | None = None
     error: str | None = None
+    request_id: str | None = None
+    """The ``X-Request-Id`` sent, when the client sets one (the lean client does)."""
+    started: float | None = None
+    """The clock reading at send (``sent_at`` is relative to the run's start)."""
 
     @property
     def ok(self) -> bool:
@@ -136,7 +140,7 @@ async def stream_chat(
 def measured(call: ChatCall, run_start: float, start: float, first: float | None, end: float,
              error: str | None, replica: str | None, completion: int,
              prompt_tokens: int | None, cached_tokens: int | None,
-             usage_reported: bool) -> RequestRecord:
+             usage_reported: bool, request_id: str | None = None) -> RequestRecord:
     """The record of one streamed request from its clock readings and usage."""
     ttft = None if first is None else first - start
     e2e = end - start if error is None else None
@@ -150,4 +154,4 @@ def measured(call: ChatCall, run_start: float, start: float, first: float | None
         sent_at=start - run_start, ttft=ttft, tpot=tpot, e2e=e2e,
         prompt_tokens=prompt_tokens, completion_tokens=completion,
         cached_tokens=cached_tokens, usage_reported=usage_reported,
-        replica=replica, error=error)
+        replica=replica, error=error, request_id=request_id, started=start)

@@ -58,6 +58,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from .contenders import ContenderSpec, launch
 from .driver import DriveResult
 from .histogram import beyond_buckets, delta, quantile, scrape_buckets
@@ -109,6 +111,18 @@ class PathFigures:
     loop_lag_p50_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     """``prefixgate_event_loop_lag_seconds`` over the measured rounds."""
+    outside_p50_ms: float | None = None
+    outside_p99_ms: float | None = None
+    """TTFT outside the replica: the client's TTFT minus the replica's own time
+    from receiving the request to its first token (its ``/sim/timings``), per
+    request; what the path between client and replica costs, without the
+    replica's queueing and engine-step phase."""
+    inbound_p50_ms: float | None = None
+    """Client send to the replica's handler receiving the request."""
+    outside_overhead_p50_ms: float | None = None
+    outside_overhead_p99_ms: float | None = None
+    timed: int = 0
+    """Requests joined to the replica's timing log."""
 
 
 def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
@@ -152,6 +166,33 @@ def _figures(name: str, runs: Sequence[MeasuredRun]) -> PathFigures:
                        sum(in_flight) / len(in_flight) if in_flight else 0.0)
 
 
+def replica_timings(url: str) -> dict[str, tuple[float, float | None]]:
+    """The simulated replica's timing log: request id -> (received, first token)."""
+    response = httpx.get(url.rstrip("/") + "/sim/timings", timeout=30.0)
+    response.raise_for_status()
+    return {t["id"]: (t["received"], t["first_token"]) for t in response.json()["requests"]}
+
+
+def outside_replica(run_: MeasuredRun, timings: dict[str, tuple[float, float | None]],
+                    ) -> list[tuple[float, float]]:
+    """(TTFT outside the replica, client send to replica receipt) per joined request."""
+    out = []
+    for r in run_.drive.records:
+        received, first = timings.get(r.request_id or "", (0.0, None))
+        if not r.ok or r.ttft is None or r.started is None or first is None:
+            continue
+        out.append((r.ttft - (first - received), received - r.started))
+    return out
+
+
+def _with_outside(path: PathFigures, hops: Sequence[tuple[float, float]]) -> PathFigures:
+    outside = [h[0] * 1000 for h in hops]
+    inbound = [h[1] * 1000 for h in hops]
+    return PathFigures(**{**path.__dict__, "outside_p50_ms": percentile(outside, 50),
+                          "outside_p99_ms": percentile(outside, 99),
+                          "inbound_p50_ms": percentile(inbound, 50), "timed": len(hops)})
+
+
 def _ms_or_none(value: float | None) -> float | None:
     return None if value is None else value * 1000
 
@@ -165,6 +206,8 @@ def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, floa
         **{**path.__dict__,
            "ttft_overhead_p50_ms": diff(path.ttft_p50_ms, direct.ttft_p50_ms),
            "ttft_overhead_p99_ms": diff(path.ttft_p99_ms, direct.ttft_p99_ms),
+           "outside_overhead_p50_ms": diff(path.outside_p50_ms, direct.outside_p50_ms),
+           "outside_overhead_p99_ms": diff(path.outside_p99_ms, direct.outside_p99_ms),
            "e2e_overhead_p50_ms": diff(path.e2e_p50_ms, direct.e2e_p50_ms),
            "e2e_overhead_p99_ms": diff(path.e2e_p99_ms, direct.e2e_p99_ms),
            "throughput_ratio": path.throughput_rps / direct.throughput_rps
@@ -187,8 +230,9 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
     header = ("| path | requests | errors | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
               "| req/s | mean in flight | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
               "| throughput vs direct | in-gateway overhead p50 / p99 ms "
-              "| in-gateway added TTFT p50 / p99 ms |")
-    lines = [header, "|" + "---|" * 14]
+              "| in-gateway added TTFT p50 / p99 ms | TTFT outside the replica p50 / p99 ms "
+              "| its overhead p50 / p99 ms | send to replica p50 ms |")
+    lines = [header, "|" + "---|" * 17]
     for p in paths:
         at_least = ">= " if p.gateway_overhead_p99_beyond_buckets else ""
         own = (f"{_fmt(p.gateway_overhead_p50_ms, 3)} / "
@@ -202,7 +246,10 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
             f"| {_fmt(p.e2e_p50_ms)} | {_fmt(p.e2e_p99_ms)} | {_fmt(p.throughput_rps)} "
             f"| {_fmt(p.mean_in_flight, 0)} | {_fmt(p.ttft_overhead_p50_ms)} / {_fmt(p.ttft_overhead_p99_ms)} "
             f"| {_fmt(p.e2e_overhead_p50_ms)} / {_fmt(p.e2e_overhead_p99_ms)} "
-            f"| {_fmt(p.throughput_ratio, 2)} | {own} | {added} |")
+            f"| {_fmt(p.throughput_ratio, 2)} | {own} | {added} "
+            f"| {_fmt(p.outside_p50_ms, 2)} / {_fmt(p.outside_p99_ms, 2)} "
+            f"| {_fmt(p.outside_overhead_p50_ms, 2)} / {_fmt(p.outside_overhead_p99_ms, 2)} "
+            f"| {_fmt(p.inbound_p50_ms, 2)} |")
     verdicts = []
     target = f"(p50 < {target_p50:g} ms, p99 < {target_p99:g} ms)"
     for p in paths:
@@ -212,6 +259,13 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
         verdicts.append(f"- {p.name}: client-side TTFT overhead p50 {p.ttft_overhead_p50_ms:.1f} ms, "
                         f"p99 {p.ttft_overhead_p99_ms:.1f} ms -> target {target} "
                         f"{'MET' if met else 'NOT MET'}")
+        if p.outside_overhead_p50_ms is not None and p.outside_overhead_p99_ms is not None:
+            met = p.outside_overhead_p50_ms < target_p50 and p.outside_overhead_p99_ms < target_p99
+            verdicts.append(
+                f"- {p.name}: TTFT outside the replica, overhead p50 "
+                f"{p.outside_overhead_p50_ms:.2f} ms, p99 {p.outside_overhead_p99_ms:.2f} ms "
+                f"({p.timed} requests joined to the replica's timing log) -> target {target} "
+                f"{'MET' if met else 'NOT MET'}")
         if p.added_ttft_p50_ms is not None and p.added_ttft_p99_ms is not None:
             met = (p.added_ttft_p50_ms < target_p50 and p.added_ttft_p99_ms < target_p99
                    and not p.added_ttft_p99_beyond_buckets)
@@ -238,6 +292,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     own: dict[str, dict[float, float]] = {}
     added: dict[str, dict[float, float]] = {}
     lag: dict[str, dict[float, float]] = {}
+    hops: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
@@ -261,6 +316,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                                        limits))
                 if round_index > 0:
                     runs[name].append(measured)
+                    hops[name].extend(outside_replica(measured, replica_timings(replicas[0].url)))
                     if gateway:
                         for series, start, sums in ((OVERHEAD_SERIES, before, own),
                                                     (ADDED_TTFT_SERIES, before_added, added),
@@ -269,7 +325,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             total = sums.setdefault(name, {})
                             for bound, count in change.items():
                                 total[bound] = total.get(bound, 0.0) + count
-    figures = {name: _figures(name, rs) for name, rs in runs.items()}
+    figures = {name: _with_outside(_figures(name, rs), hops[name]) for name, rs in runs.items()}
     direct = figures["direct"]
     rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}),
                                       lag.get(n, {}))

@@ -14,6 +14,7 @@ that checks the gateway uses the official client.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +50,10 @@ class RawChatClient:
         if call.ignore_eos:
             body["ignore_eos"] = True
         payload = orjson.dumps(body)
+        # A fresh id per request: a gateway forwards it, so the simulated
+        # replica's timing log (GET /sim/timings) can be joined to this record.
+        request_id = uuid.uuid4().hex
+        headers = {**self.headers, "x-request-id": request_id}
         start = clock()
         first: float | None = None
         pieces: list[str] = []
@@ -56,7 +61,7 @@ class RawChatClient:
         usage: dict[str, Any] | None = None
         replica = error = None
         try:
-            async with self._client().post(self.url, data=payload, headers=self.headers) as resp:
+            async with self._client().post(self.url, data=payload, headers=headers) as resp:
                 replica = resp.headers.get(REPLICA_HEADER)
                 if resp.status != 200:
                     error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -80,7 +85,8 @@ class RawChatClient:
         details = usage.get("prompt_tokens_details") or {}
         record = measured(call, run_start, start, first, end, error, replica,
                           completion if completion is not None else chunks,
-                          usage.get("prompt_tokens"), details.get("cached_tokens"), bool(usage))
+                          usage.get("prompt_tokens"), details.get("cached_tokens"), bool(usage),
+                          request_id)
         # Only the first text piece is kept: a multi-turn workload, whose next
         # prompt holds the whole answer, must use the official client.
         return ChatOutcome(record, "".join(pieces))

@@ -221,6 +221,14 @@ def build_admin_router(runtime: SimRuntime) -> APIRouter:
             }
         )
 
+    @router.get("/sim/timings")
+    async def timings(request: Request) -> Response:
+        # Not a vLLM endpoint: the simulator's per-request timing log
+        # (engine/sim/timings.py), read by latency benchmarks.
+        prefix = request.query_params.get("prefix", "")
+        return json_response({"clock": "perf_counter",
+                              "requests": runtime.timings.dump(prefix)})
+
     for path in ("/server_info", "/get_server_info"):
         router.add_api_route(path, lambda: json_response(server_info(runtime)), methods=["GET"])
     for path in ("/model_info", "/get_model_info"):

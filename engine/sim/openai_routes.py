@@ -116,6 +116,7 @@ def build_openai_router(runtime: SimRuntime) -> APIRouter:
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        timing = runtime.timings.received(request.headers.get("x-request-id"))
         body, size = await read_json(request)
         require_messages(body)
         sampling = parse_sampling(body, chat=True)
@@ -130,6 +131,7 @@ def build_openai_router(runtime: SimRuntime) -> APIRouter:
         generation = runtime.submit(
             request_id, prompt, output_spec(sampling, max_tokens), sampling.n, sampling.cache_salt
         )
+        generation.timing = timing
         if sampling.stream:
             role = (
                 "assistant"
@@ -161,6 +163,7 @@ def build_openai_router(runtime: SimRuntime) -> APIRouter:
 
     @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
+        timing = runtime.timings.received(request.headers.get("x-request-id"))
         body, _ = await read_json(request)
         sampling = parse_sampling(body, chat=False)
         prompts = parse_prompts(body)
@@ -196,6 +199,7 @@ def build_openai_router(runtime: SimRuntime) -> APIRouter:
             )
             for i, (ids, spec) in enumerate(zip(token_lists, specs))
         ]
+        generations[0].timing = timing
         prompt_tokens = [len(ids) for ids in token_lists]
         if sampling.stream:
             stream = _stream_completion(
@@ -251,6 +255,8 @@ async def _stream_chat(
     try:
         while finished < n:
             event = await generation.queue.get()
+            if generation.timing is not None:
+                generation.timing.token()
             if cached is None:
                 cached = event.num_cached_tokens
                 for index in range(n):
@@ -304,6 +310,8 @@ async def _stream_completion(
     try:
         while finished < total:
             event = await queue.get()
+            if generations[0].timing is not None:
+                generations[0].timing.token()
             prompt_index = event.index // n
             cached.setdefault(prompt_index, event.num_cached_tokens)
             counts[event.index] = event.num_output_tokens

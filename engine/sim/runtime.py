@@ -33,6 +33,7 @@ from engine.sim.protocol import bad_request, not_found_model
 from engine.sim.request import EngineRequest, Status, TokenEvent
 from engine.sim.scheduler import Engine
 from engine.sim.textgen import OutputSpec, OutputText
+from engine.sim.timings import RequestTiming, TimingLog
 from engine.tokenizer import Renderer, RenderError, load_renderer
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Generation:
     prompt_token_ids: list[int]
     requests: list[EngineRequest] = field(default_factory=list)
     queue: asyncio.Queue[TokenEvent] = field(default_factory=asyncio.Queue)
+    timing: RequestTiming | None = None
 
     @property
     def finished(self) -> bool:
@@ -83,6 +85,7 @@ class SimRuntime:
             observer=self.metrics,
             publish=self.publisher.publish if self.publisher is not None else None,
         )
+        self.timings = TimingLog()
         self._renderer: Renderer | None = None
         self._loop_task: asyncio.Task[None] | None = None
 

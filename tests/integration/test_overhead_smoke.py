@@ -34,7 +34,10 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
     for path in paths.values():
         assert path["requests"] == 12 and path["errors"] == 0
         assert path["ttft_p50_ms"] > 0 and path["mean_in_flight"] > 0
+        # every request was joined to the replica's timing log by its id
+        assert path["timed"] == 12 and 0 < path["outside_p50_ms"] < path["ttft_p50_ms"]
     gateway = paths["prefixgate:prefix"]
     assert gateway["added_ttft_p50_ms"] is not None and gateway["added_ttft_p50_ms"] > 0
     assert gateway["loop_lag_p99_ms"] is not None  # the event-loop probe was read back
+    assert gateway["outside_overhead_p50_ms"] is not None
     assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()

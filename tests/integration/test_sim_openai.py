@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -283,6 +284,25 @@ def test_health_version_and_peer_router_probes(sim: SimProcess) -> None:
             assert info["served_model_name"] == "sim-a" and info["block_size"] == 16
         for path in ("/model_info", "/get_model_info"):
             assert http.get(path).json()["model_path"] == "sim-a"
+
+
+def test_the_timing_log_brackets_a_streamed_request(client: openai.OpenAI, sim: SimProcess) -> None:
+    before = time.perf_counter()
+    stream = client.chat.completions.create(
+        model="sim-a", messages=chat("time me"), max_tokens=3, stream=True,
+        extra_headers={"x-request-id": "timed-1"})
+    first = None
+    for chunk in stream:
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter()
+    assert first is not None
+    client.chat.completions.create(model="sim-a", messages=chat("untimed"), max_tokens=1)
+    with httpx.Client(base_url=sim.base_url) as http:
+        log = http.get("/sim/timings", params={"prefix": "timed-"}).json()["requests"]
+    # One clock across processes: the replica got the request after it was
+    # sent and had its first token before the client read it.
+    assert [entry["id"] for entry in log] == ["timed-1"]
+    assert before < log[0]["received"] < log[0]["first_token"] < first
 
 
 def test_a_replica_can_be_stopped_and_restarted_on_the_same_port() -> None:
