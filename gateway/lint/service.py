@@ -147,8 +147,9 @@ class LintService:
         for field in fields:
             findings.extend(self._field_findings(field, now))
         findings.extend(self.fields.request_findings(body, now))
-        group = self.groups.get(model, _tenant(tenant), shape_of(body))
-        findings.extend(self._observe(group, body, fields, findings, blocking))
+        prefix = Prefix.of(fields, self.limits.max_prefix_chars)
+        group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix.text)
+        findings.extend(self._observe(group, prefix, body, findings, blocking))
         if self._fills_clock(model, body):
             findings.append(Finding("template_dynamic", "", "chat_template", 0, 0, "warning",
                                     0.95, suggestion("template_dynamic", "system")))
@@ -176,10 +177,9 @@ class LintService:
                 self._memo.popitem(last=False)
         return found
 
-    def _observe(self, group: Group, body: Mapping[str, Any], fields: list[TextField],
+    def _observe(self, group: Group, prefix: Prefix, body: Mapping[str, Any],
                  findings: list[Finding], blocking: bool) -> list[Finding]:
         """Learn from the request; demote what never varies; return the group's findings."""
-        prefix = Prefix.of(fields, self.limits.max_prefix_chars)
         salt = body.get("cache_salt")
         if not group.lock.acquire(blocking=blocking):
             return []  # a worker is aligning this group's prefix: skip learning, not the request

@@ -118,6 +118,9 @@ class Variance:
             return alignment  # identical
         first = self._atom_index(alignment.head)
         last = self._atom_index(alignment.ref_tail_start)
+        if not alignment.atoms:  # a middle too long to align: all of it varies
+            self.varying[first:last] = b"\x01" * max(0, last - first)
+            return alignment
         matched = {r for r in alignment.ref_of if r >= 0}
         for index in range(first, last):
             if index not in matched:

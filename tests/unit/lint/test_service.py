@@ -69,6 +69,37 @@ def test_tenants_and_shapes_are_separate_groups(service: LintService) -> None:
     assert len(groups) == 2 and not any("sk-app" in str(g) for g in service.group_summaries())
 
 
+SUPPORT = ("You are the support agent of Contoso Cloud. Ask for the account id before "
+           "anything else, never promise refunds, and escalate outages to the on-call "
+           "engineer with the incident template. ") * 3
+
+
+def test_agents_sharing_a_key_are_learned_as_separate_templates(service: LintService) -> None:
+    # One API key, two agents whose system prompts have the same message shape,
+    # each with a date that never changes, interleaved in bursts.
+    booking, support = POLICY + "Prices valid from 2026-12-01.", SUPPORT + "Policy of 2026-12-01."
+    order = [booking] * 3 + [support] * 2 + [booking, support] * 4 + [support] * 3 + [booking] * 2
+    counts = {booking: [], support: []}
+    for system in order:
+        counts[system].append(service.check_now("qwen", chat(system), "sk-shared"))
+    # Each agent's date is learned to be stable in its own template ...
+    assert counts[booking][0] == 1 and counts[booking][-1] == 0
+    assert counts[support][0] == 1 and counts[support][-1] == 0
+    # ... switching between agents is not a drift, and each is its own group.
+    assert service.drift_events() == []
+    assert len(service.group_summaries()) == 2
+
+
+def test_a_timestamp_at_the_start_stays_in_its_template(service: LintService) -> None:
+    for i in range(8):
+        service.check_now("qwen", chat(f"Now: 2026-11-30 15:{10 + i}:0{i}. " + POLICY), "key")
+    [group] = service.group_summaries()
+    assert group["requests"] == 8
+    # what varies is the clock's minutes and seconds, nothing of the policy after it
+    assert [v["offset"] for v in group["varying"]] == [len("Now: 2026-11-30 15:"),
+                                                       len("Now: 2026-11-30 15:10:")]
+
+
 def test_unique_salt_and_changing_tool_order(service: LintService) -> None:
     tools = [{"type": "function", "function": {"name": n, "description": "d"}}
              for n in ("a", "b")]
