@@ -34,7 +34,7 @@ from .lint.service import LintService
 from .lint_api import build_lint_router
 from .metrics import GatewayMetrics
 from .ops_routes import build_ops_router
-from .loop_lag import LoopLagProbe
+from .loop_lag import GcPauses, LoopLagProbe
 from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
 from .ops_view import OpsView
@@ -123,6 +123,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         ops_sampler.start()
         lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
         lag_probe.start()
+        gc_pauses = GcPauses(metrics.gc_pause_seconds)
+        gc_pauses.start()
         kv_feed = KVFeed(settings, pool, policy)
         kv_feed.start()
         app.include_router(build_router(state))
@@ -136,6 +138,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         finally:
             await kv_feed.aclose()
             await lag_probe.aclose()
+            gc_pauses.stop()
             await ops_sampler.aclose()
             await pool.aclose()
 

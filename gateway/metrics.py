@@ -64,6 +64,10 @@ class GatewayMetrics:
             "prefixgate_event_loop_lag_seconds",
             "How late the gateway's event loop woke a task that was due (sampled every 50 ms).",
             buckets=_FAST_BUCKETS, registry=r)
+        self.gc_pause_seconds = Histogram(
+            "prefixgate_gc_pause_seconds",
+            "Time each garbage collection held the gateway's process, by generation.",
+            ["generation"], buckets=_FAST_BUCKETS, registry=r)
         self.decision_seconds = Histogram(
             "prefixgate_routing_decision_seconds", "Time the policy took to pick a replica.",
             ["policy"], buckets=_FAST_BUCKETS, registry=r)

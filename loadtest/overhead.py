@@ -80,6 +80,7 @@ QUESTION_LEN = 128
 OVERHEAD_SERIES = "prefixgate_overhead_seconds"
 ADDED_TTFT_SERIES = "prefixgate_added_ttft_seconds"
 LOOP_LAG_SERIES = "prefixgate_event_loop_lag_seconds"
+GC_SERIES = "prefixgate_gc_pause_seconds"
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,10 @@ class PathFigures:
     loop_lag_p50_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     """``prefixgate_event_loop_lag_seconds`` over the measured rounds."""
+    gc_pauses: int | None = None
+    gc_pauses_over_1ms: int | None = None
+    gc_longest_ms: float | None = None
+    """Upper bound of the bucket holding the longest collection (``prefixgate_gc_pause_seconds``)."""
     outside_p50_ms: float | None = None
     outside_p99_ms: float | None = None
     """TTFT outside the replica: the client's TTFT minus the replica's own time
@@ -197,8 +202,19 @@ def _ms_or_none(value: float | None) -> float | None:
     return None if value is None else value * 1000
 
 
+def gc_figures(buckets: dict[float, float]) -> dict[str, Any]:
+    """Collections, those over 1 ms, and the bucket bound of the longest."""
+    if not buckets:
+        return {}
+    total = buckets.get(float("inf"), 0.0)
+    longest = min((b for b, c in buckets.items() if c >= total), default=None)
+    return {"gc_pauses": int(total), "gc_pauses_over_1ms": int(total - buckets.get(0.001, 0.0)),
+            "gc_longest_ms": _ms_or_none(longest)}
+
+
 def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, float],
-                   added: dict[float, float], lag: dict[float, float]) -> PathFigures:
+                   added: dict[float, float], lag: dict[float, float],
+                   gc_pauses: dict[float, float]) -> PathFigures:
     def diff(a: float | None, b: float | None) -> float | None:
         return None if a is None or b is None else a - b
 
@@ -219,7 +235,8 @@ def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, floa
            "added_ttft_p99_ms": _ms_or_none(quantile(added, 0.99)),
            "added_ttft_p99_beyond_buckets": beyond_buckets(added, quantile(added, 0.99)),
            "loop_lag_p50_ms": _ms_or_none(quantile(lag, 0.5)),
-           "loop_lag_p99_ms": _ms_or_none(quantile(lag, 0.99))})
+           "loop_lag_p99_ms": _ms_or_none(quantile(lag, 0.99)),
+           **gc_figures(gc_pauses)})
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -277,6 +294,10 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
         if p.loop_lag_p50_ms is not None and p.loop_lag_p99_ms is not None:
             verdicts.append(f"- {p.name}: event-loop lag p50 {p.loop_lag_p50_ms:.3f} ms, "
                             f"p99 {p.loop_lag_p99_ms:.3f} ms")
+        if p.gc_pauses is not None:
+            verdicts.append(f"- {p.name}: {p.gc_pauses} garbage collections, "
+                            f"{p.gc_pauses_over_1ms} over 1 ms, the longest <= "
+                            f"{_fmt(p.gc_longest_ms, 2)} ms")
     return "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
 
 
@@ -292,6 +313,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     own: dict[str, dict[float, float]] = {}
     added: dict[str, dict[float, float]] = {}
     lag: dict[str, dict[float, float]] = {}
+    gcs: dict[str, dict[float, float]] = {}
     hops: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
@@ -310,6 +332,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 before = scrape_buckets(url, OVERHEAD_SERIES) if gateway else {}
                 before_added = scrape_buckets(url, ADDED_TTFT_SERIES) if gateway else {}
                 before_lag = scrape_buckets(url, LOOP_LAG_SERIES) if gateway else {}
+                before_gc = scrape_buckets(url, GC_SERIES) if gateway else {}
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
@@ -320,7 +343,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     if gateway:
                         for series, start, sums in ((OVERHEAD_SERIES, before, own),
                                                     (ADDED_TTFT_SERIES, before_added, added),
-                                                    (LOOP_LAG_SERIES, before_lag, lag)):
+                                                    (LOOP_LAG_SERIES, before_lag, lag),
+                                                    (GC_SERIES, before_gc, gcs)):
                             change = delta(start, scrape_buckets(url, series))
                             total = sums.setdefault(name, {})
                             for bound, count in change.items():
@@ -328,7 +352,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     figures = {name: _with_outside(_figures(name, rs), hops[name]) for name, rs in runs.items()}
     direct = figures["direct"]
     rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}),
-                                      lag.get(n, {}))
+                                      lag.get(n, {}), gcs.get(n, {}))
                        for n, f in figures.items() if n != "direct"]
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {

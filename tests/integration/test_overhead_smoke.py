@@ -40,4 +40,5 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
     assert gateway["added_ttft_p50_ms"] is not None and gateway["added_ttft_p50_ms"] > 0
     assert gateway["loop_lag_p99_ms"] is not None  # the event-loop probe was read back
     assert gateway["outside_overhead_p50_ms"] is not None
+    assert gateway["gc_pauses"] and gateway["gc_pauses"] > 0  # its collections were timed
     assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()
