@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,6 +86,10 @@ async def measure(
         sampler = LoadSampler(scraper, urls, clock, limits.sample_period)
         progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
                             stream=progress_stream)
+        # The load generator's own full collections would delay its reads of
+        # every stream; what it loaded so far is never garbage.
+        gc.collect()
+        gc.freeze()
         start = clock()
         sampling = asyncio.create_task(sampler.run(start)) if urls else None
         try:

@@ -9,6 +9,7 @@ route is rendered once, here, as vLLM's OpenAI error JSON.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,9 +30,14 @@ def create_sim_app(config: SimConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         await runtime.start()
+        # The tokenizer and modules loaded at start leave the cyclic collector's
+        # sight, so a full collection does not stall every stream (as in the gateway).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
+            gc.unfreeze()
             await runtime.stop()
 
     app = FastAPI(
