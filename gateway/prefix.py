@@ -75,11 +75,12 @@ class LRU(Generic[K, V]):
         return len(self._data)
 
 
-@dataclass(frozen=True, slots=True)
-class ChainState:
-    parent: int
-    carry: tuple[int, ...]
-    """Tokens of the block not yet full."""
+ChainState = tuple[int, tuple[int, ...]]
+"""Where a block chain stands: the last full block's hash and the tokens of the
+block not yet full. A plain tuple of ints, not a class: the garbage collector
+stops tracking such tuples, so the chain memo (up to a million entries) adds
+nothing to a full collection's walk, where instances would make it take
+seconds."""
 
 
 @dataclass(slots=True)
@@ -266,16 +267,16 @@ class PromptHasher:
         and the turn to remember at ``plan.store_offset`` when it is reached."""
         base = plan.base
         if base is None:
-            state, before, total = ChainState(plan.seed, ()), (), 0
+            state, before, total = (plan.seed, ()), (), 0
         else:
-            state, before, total = ChainState(base.parent, base.carry), base.hashes, base.tokens
+            state, before, total = (base.parent, base.carry), base.hashes, base.tokens
         hashes: list[int] = []
         offset = 0
         turn = None
         for piece, ids in zip(plan.pieces[:count], plan.token_ids[:count]):
             assert ids is not None
             if offset == plan.store_offset:
-                turn = Turn(state.parent, state.carry, before + tuple(hashes), total)
+                turn = Turn(*state, before + tuple(hashes), total)
             total += len(ids)
             offset += len(piece)
             key = (state, piece)
@@ -322,11 +323,11 @@ class PromptHasher:
     @staticmethod
     def _advance(state: ChainState, ids: tuple[int, ...],
                  block_size: int) -> tuple[tuple[int, ...], ChainState]:
-        tokens = state.carry + ids
+        parent, carry = state
+        tokens = carry + ids
         full = len(tokens) - len(tokens) % block_size
-        new_hashes = extend(state.parent, tokens[:full], block_size) if full else []
-        parent = new_hashes[-1] if new_hashes else state.parent
-        return tuple(new_hashes), ChainState(parent, tokens[full:])
+        new_hashes = extend(parent, tokens[:full], block_size) if full else []
+        return tuple(new_hashes), (new_hashes[-1] if new_hashes else parent, tokens[full:])
 
     def describe(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
                  session_key: str | None = None, request_id: str = "") -> RouteRequest:

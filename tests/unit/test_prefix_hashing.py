@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from engine.tokenizer import ByteRenderer, HFRenderer
@@ -65,3 +67,22 @@ def test_unrenderable_request_routes_without_hashes() -> None:
     described = hasher.describe("m", {"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "data:..."}}]}]}, "chat", 16)
     assert described.block_hashes == () and described.prompt_tokens == 0
+
+
+def test_the_memos_leave_nothing_for_the_garbage_collector_to_walk(qwen: HFRenderer) -> None:
+    # A long-running gateway memoizes up to millions of pieces and chain states;
+    # objects the cyclic collector tracks there would make each full collection
+    # walk all of them (a pause of the whole gateway). Plain tuples of ints
+    # and strings are untracked by the collections that see them (nested ones
+    # take one pass per level).
+    hasher = PromptHasher(qwen)
+    for i in range(50):
+        hasher.describe("m", {"messages": [{"role": "system", "content": f"app {i % 5} " * 40},
+                                           {"role": "user", "content": f"question {i}"}]},
+                        "chat", 16)
+    for _ in range(5):  # a server collects all the time; one pass per nesting level
+        gc.collect()
+    for memo in (hasher._chain, hasher._pieces):
+        entries = list(memo._data.items())
+        assert len(entries) >= 50
+        assert not any(gc.is_tracked(key) or gc.is_tracked(value) for key, value in entries)
