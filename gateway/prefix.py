@@ -125,7 +125,7 @@ class PromptHasher:
 
     def _splitter(self) -> re.Pattern[str] | None:
         """A regex that cuts text at added tokens, if doing so is provably safe."""
-        added = getattr(self.renderer, "added_tokens", list)()
+        added: list[str] = getattr(self.renderer, "added_tokens", list)()
         if not added:
             return None
         pattern = re.compile("(" + "|".join(re.escape(t) for t in
@@ -234,8 +234,9 @@ class PromptHasher:
             plan.token_ids[index] = ids
             self._pieces.put((plan.add_special_tokens, plan.pieces[index]), ids, len(ids) + 1)
         if plan.direct_ids is not None:
-            hashes = extend(plan.seed, plan.direct_ids, plan.block_size)
-            return RouteRequest(plan.model, tuple(hashes), len(plan.direct_ids),
+            return RouteRequest(plan.model,
+                                tuple(extend(plan.seed, plan.direct_ids, plan.block_size)),
+                                len(plan.direct_ids),
                                 plan.block_size, session_key, request_id)
         hashes, total, turn = self._chain_pieces(plan, len(plan.pieces))
         if turn is not None and self.conversations is not None:
@@ -266,6 +267,8 @@ class PromptHasher:
         """Block hashes and tokens of the first ``count`` pieces (after ``plan.base``),
         and the turn to remember at ``plan.store_offset`` when it is reached."""
         base = plan.base
+        state: ChainState
+        before: tuple[int, ...]
         if base is None:
             state, before, total = (plan.seed, ()), (), 0
         else:
