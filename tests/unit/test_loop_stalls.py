@@ -49,3 +49,17 @@ def test_collections_are_timed_by_generation_until_stopped() -> None:
     before = _count(registry, "gc_seconds", generation="2")
     gc.collect()
     assert _count(registry, "gc_seconds", generation="2") == before
+
+
+async def test_a_serving_gateway_freezes_its_start_up_and_spaces_full_collections() -> None:
+    from tests.unit.fake_replica import FakeReplica
+    from tests.unit.test_gateway_core import CHAT, gateway
+
+    before = gc.get_threshold()
+    async with gateway([FakeReplica("a")]) as client:
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        # what start-up loaded is out of the collector's sight while serving ...
+        assert gc.get_freeze_count() > 10_000
+        assert gc.get_threshold()[2] >= 100
+    # ... and handed back when the gateway stops (an embedding process keeps its own)
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
