@@ -143,8 +143,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         # for 100-250 ms at a time under load (measured with prefixgate_gc_pause_seconds).
         gc.collect()
         gc.freeze()
-        # A full collection walks every object of every open stream (~1k each):
-        # at 100 streams that held the loop 100+ ms. Python starts one after 10
+        # A full collection walks every object of every open stream (a few
+        # hundred each): with hundreds open that held the loop 70-145 ms. Python starts one after 10
         # collections of the middle generation; 100 makes them ten times rarer,
         # and in the overhead benchmark none landed in a measured round. Cyclic
         # garbage that outlives two collections just waits longer to be freed.
