@@ -33,9 +33,9 @@ from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
 from .lint.service import LintService
 from .lint_api import build_lint_router
+from .loop_lag import GcPauses, LoopLagProbe
 from .metrics import GatewayMetrics
 from .ops_routes import build_ops_router
-from .loop_lag import GcPauses, LoopLagProbe
 from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
 from .ops_view import OpsView

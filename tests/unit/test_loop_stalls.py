@@ -23,7 +23,7 @@ def test_a_blocked_loop_shows_as_lag() -> None:
         probe = LoopLagProbe(histogram, period=0.01)
         probe.start()
         await asyncio.sleep(0.05)
-        time.sleep(0.06)  # a handler that holds the loop
+        time.sleep(0.06)  # noqa: ASYNC251 - a handler that holds the loop
         await asyncio.sleep(0.03)
         await probe.aclose()
 
