@@ -146,6 +146,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         # these cut the longest collection in the overhead benchmark's measured
         # rounds from <= 250 to <= 50 ms (prefixgate_gc_pause_seconds). Cyclic
         # garbage that outlives two collections just waits longer to be freed.
+        gc.collect()
+        gc.freeze()
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_GC_EVERY))
         try:
