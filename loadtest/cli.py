@@ -93,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
     overhead.add_argument("--pin", action="store_true",
                           help="give each gateway CPU 0 and the replica and the load generator "
                                "the other CPUs (Linux)")
+    overhead.add_argument("--null-proxy", action="store_true",
+                          help="also measure a pass-through proxy on the gateway's server stack "
+                               "(loadtest/null_proxy.py): what the extra hop alone costs")
     _limits_arguments(overhead)
 
     compare = commands.add_parser("compare", help="every router in front of the same replicas")

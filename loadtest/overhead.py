@@ -35,6 +35,11 @@ the other CPUs, as when the gateway runs on its own cores: what is measured
 is then the gateway's own path, not its fight with the load generator for a
 core.
 
+``--null-proxy`` adds a path through a pass-through proxy on the gateway's
+server stack (``loadtest/null_proxy.py``, pinned like the gateways): what the
+extra hop alone costs on this machine, so that a gateway's figures minus the
+null proxy's are its own work.
+
 At a concurrency that saturates the machine, closed-loop latency is
 ``concurrency / throughput``: the end-to-end difference then measures the
 gateway's CPU cost per request (it takes cores from the replica and the load
@@ -67,7 +72,7 @@ from .loop import loop_name, run
 from .machine import machine_info
 from .measure import MeasuredRun, RunLimits, Target, measure
 from .plots import ttft_cdf
-from .processes import ServiceGroup
+from .processes import Service, ServiceGroup, free_port
 from .results import ContenderResult
 from .sims import SimFleetSpec, reset_caches, start_sims
 from .summary import percentile
@@ -81,6 +86,7 @@ OVERHEAD_SERIES = "prefixgate_overhead_seconds"
 ADDED_TTFT_SERIES = "prefixgate_added_ttft_seconds"
 LOOP_LAG_SERIES = "prefixgate_event_loop_lag_seconds"
 GC_SERIES = "prefixgate_gc_pause_seconds"
+NULL_PROXY = "null-proxy"
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,9 @@ class PathFigures:
     """Client send to the replica's handler receiving the request."""
     outside_overhead_p50_ms: float | None = None
     outside_overhead_p99_ms: float | None = None
+    over_null_p50_ms: float | None = None
+    over_null_p99_ms: float | None = None
+    """Outside-the-replica figures minus the null proxy's: the gateway's own work."""
     timed: int = 0
     """Requests joined to the replica's timing log."""
 
@@ -196,6 +205,24 @@ def _with_outside(path: PathFigures, hops: Sequence[tuple[float, float]]) -> Pat
     return PathFigures(**{**path.__dict__, "outside_p50_ms": percentile(outside, 50),
                           "outside_p99_ms": percentile(outside, 99),
                           "inbound_p50_ms": percentile(inbound, 50), "timed": len(hops)})
+
+
+def _over_null(path: PathFigures, null: PathFigures) -> PathFigures:
+    def diff(a: float | None, b: float | None) -> float | None:
+        return None if a is None or b is None else a - b
+
+    return PathFigures(**{**path.__dict__,
+                          "over_null_p50_ms": diff(path.outside_p50_ms, null.outside_p50_ms),
+                          "over_null_p99_ms": diff(path.outside_p99_ms, null.outside_p99_ms)})
+
+
+def start_null_proxy(upstream: str, group: ServiceGroup, log_dir: Path) -> str:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    group.start(Service(NULL_PROXY, [sys.executable, "-m", "loadtest.null_proxy", "--port",
+                                     str(port), "--upstream", upstream], url + "/health",
+                        log_dir / "null-proxy.log"), timeout=60.0)
+    return url
 
 
 def _ms_or_none(value: float | None) -> float | None:
@@ -283,6 +310,10 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
                 f"{p.outside_overhead_p50_ms:.2f} ms, p99 {p.outside_overhead_p99_ms:.2f} ms "
                 f"({p.timed} requests joined to the replica's timing log) -> target {target} "
                 f"{'MET' if met else 'NOT MET'}")
+        if p.over_null_p50_ms is not None and p.over_null_p99_ms is not None:
+            verdicts.append(
+                f"- {p.name}: TTFT outside the replica over the null proxy's (its own work "
+                f"beyond the hop) p50 {p.over_null_p50_ms:.2f} ms, p99 {p.over_null_p99_ms:.2f} ms")
         if p.added_ttft_p50_ms is not None and p.added_ttft_p99_ms is not None:
             met = (p.added_ttft_p50_ms < target_p50 and p.added_ttft_p99_ms < target_p99
                    and not p.added_ttft_p99_beyond_buckets)
@@ -309,7 +340,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                          extra_args=tuple(shlex.split(args.sim_args)))
     limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
                        raw_client=args.client == "raw")
-    runs: dict[str, list[MeasuredRun]] = {"direct": [], **{f"prefixgate:{p}": [] for p in policies}}
+    runs: dict[str, list[MeasuredRun]] = {"direct": []}
+    if args.null_proxy:
+        runs[NULL_PROXY] = []
+    runs.update({f"prefixgate:{p}": [] for p in policies})
     own: dict[str, dict[float, float]] = {}
     added: dict[str, dict[float, float]] = {}
     lag: dict[str, dict[float, float]] = {}
@@ -318,17 +352,20 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
+        if args.null_proxy:
+            urls[NULL_PROXY] = start_null_proxy(replicas[0].url, group, log_dir)
         for policy in policies:
             spec = ContenderSpec("prefixgate", policy)
             urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(), group,
                                      log_dir)
         if args.pin:
-            pin(group, gateways=[s for s in group.services if s.name.startswith("prefixgate")])
+            pin(group, gateways=[s for s in group.services
+                                 if s.name.startswith("prefixgate") or s.name == NULL_PROXY])
         for round_index in range(args.rounds + 1):
             workload = overhead_workload(args, seed=round_index)
             for name, url in urls.items():
                 reset_caches(replicas)
-                gateway = name != "direct"
+                gateway = name.startswith("prefixgate")
                 before = scrape_buckets(url, OVERHEAD_SERIES) if gateway else {}
                 before_added = scrape_buckets(url, ADDED_TTFT_SERIES) if gateway else {}
                 before_lag = scrape_buckets(url, LOOP_LAG_SERIES) if gateway else {}
@@ -354,6 +391,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}),
                                       lag.get(n, {}), gcs.get(n, {}))
                        for n, f in figures.items() if n != "direct"]
+    null = figures.get(NULL_PROXY)
+    if null is not None:
+        rows = [_over_null(row, null) if row.name.startswith("prefixgate") else row
+                for row in rows]
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),

@@ -1,7 +1,8 @@
 """A seconds-long ``python -m loadtest overhead`` in the open-loop, lean-client mode.
 
-One simulated replica and one gateway, a handful of open-loop requests
-through the lean client (``loadtest/raw_client.py``). Nothing is timed: the
+One simulated replica, one gateway and the pass-through control proxy
+(``loadtest/null_proxy.py``), a handful of open-loop requests through the
+lean client (``loadtest/raw_client.py``). Nothing is timed: the
 test checks that both paths answered every request and that the gateway's
 own histograms (added time to first token, event-loop lag) were read back.
 """
@@ -22,7 +23,7 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
         sys.executable, "-m", "loadtest", "overhead", "--concurrency", "0", "--rate", "20",
         "--requests", "12", "--rounds", "1", "--prompt-len", "256", "--output-len", "6",
         "--distinct-prompts", "8", "--time-scale", "20", "--client", "raw",
-        "--policy", "prefix", "--out", str(tmp_path),
+        "--policy", "prefix", "--null-proxy", "--out", str(tmp_path),
     ]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
@@ -30,7 +31,7 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
     document = json.loads((tmp_path / "overhead.json").read_text())
     assert document["meta"]["client"] == "raw" and document["meta"]["rate"] == 20
     paths = {path["name"]: path for path in document["paths"]}
-    assert set(paths) == {"direct", "prefixgate:prefix"}
+    assert set(paths) == {"direct", "null-proxy", "prefixgate:prefix"}
     for path in paths.values():
         assert path["requests"] == 12 and path["errors"] == 0
         assert path["ttft_p50_ms"] > 0 and path["mean_in_flight"] > 0
@@ -41,4 +42,5 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
     assert gateway["loop_lag_p99_ms"] is not None  # the event-loop probe was read back
     assert gateway["outside_overhead_p50_ms"] is not None
     assert gateway["gc_pauses"] and gateway["gc_pauses"] > 0  # its collections were timed
+    assert gateway["over_null_p50_ms"] is not None  # compared with the pass-through proxy
     assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()
