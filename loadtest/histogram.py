@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 import httpx
 
@@ -63,7 +64,8 @@ def beyond_buckets(buckets: dict[float, float], value: float | None) -> bool:
     return value is not None and bool(finite) and value >= max(finite)
 
 
-def scrape_buckets(url: str, name: str) -> dict[float, float]:
+def scrape_histograms(url: str, names: Sequence[str]) -> dict[str, dict[float, float]]:
+    """Several histograms from one scrape of ``url``'s ``/metrics``."""
     response = httpx.get(url.rstrip("/") + "/metrics", timeout=10.0)
     response.raise_for_status()
-    return parse_buckets(response.text, name)
+    return {name: parse_buckets(response.text, name) for name in names}

@@ -67,7 +67,7 @@ import httpx
 
 from .contenders import ContenderSpec, launch
 from .driver import DriveResult
-from .histogram import beyond_buckets, delta, quantile, scrape_buckets
+from .histogram import beyond_buckets, delta, quantile, scrape_histograms
 from .loop import loop_name, run
 from .machine import machine_info
 from .measure import MeasuredRun, RunLimits, Target, measure
@@ -86,6 +86,8 @@ OVERHEAD_SERIES = "prefixgate_overhead_seconds"
 ADDED_TTFT_SERIES = "prefixgate_added_ttft_seconds"
 LOOP_LAG_SERIES = "prefixgate_event_loop_lag_seconds"
 GC_SERIES = "prefixgate_gc_pause_seconds"
+GATEWAY_SERIES = (OVERHEAD_SERIES, ADDED_TTFT_SERIES, LOOP_LAG_SERIES, GC_SERIES)
+"""The gateway's own histograms, read back around each measured run."""
 NULL_PROXY = "null-proxy"
 
 
@@ -207,13 +209,14 @@ def _with_outside(path: PathFigures, hops: Sequence[tuple[float, float]]) -> Pat
                           "inbound_p50_ms": percentile(inbound, 50), "timed": len(hops)})
 
 
-def _over_null(path: PathFigures, null: PathFigures) -> PathFigures:
-    def diff(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a - b
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
 
+
+def _over_null(path: PathFigures, null: PathFigures) -> PathFigures:
     return PathFigures(**{**path.__dict__,
-                          "over_null_p50_ms": diff(path.outside_p50_ms, null.outside_p50_ms),
-                          "over_null_p99_ms": diff(path.outside_p99_ms, null.outside_p99_ms)})
+                          "over_null_p50_ms": _diff(path.outside_p50_ms, null.outside_p50_ms),
+                          "over_null_p99_ms": _diff(path.outside_p99_ms, null.outside_p99_ms)})
 
 
 def start_null_proxy(upstream: str, group: ServiceGroup, log_dir: Path) -> str:
@@ -239,20 +242,20 @@ def gc_figures(buckets: dict[float, float]) -> dict[str, Any]:
             "gc_longest_ms": _ms_or_none(longest)}
 
 
-def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, float],
-                   added: dict[float, float], lag: dict[float, float],
-                   gc_pauses: dict[float, float]) -> PathFigures:
-    def diff(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a - b
-
+def _with_overhead(path: PathFigures, direct: PathFigures,
+                   histograms: dict[str, dict[float, float]]) -> PathFigures:
+    """``histograms``: the gateway's own series (``GATEWAY_SERIES``) over the measured rounds."""
+    own = histograms.get(OVERHEAD_SERIES, {})
+    added = histograms.get(ADDED_TTFT_SERIES, {})
+    lag = histograms.get(LOOP_LAG_SERIES, {})
     return PathFigures(
         **{**path.__dict__,
-           "ttft_overhead_p50_ms": diff(path.ttft_p50_ms, direct.ttft_p50_ms),
-           "ttft_overhead_p99_ms": diff(path.ttft_p99_ms, direct.ttft_p99_ms),
-           "outside_overhead_p50_ms": diff(path.outside_p50_ms, direct.outside_p50_ms),
-           "outside_overhead_p99_ms": diff(path.outside_p99_ms, direct.outside_p99_ms),
-           "e2e_overhead_p50_ms": diff(path.e2e_p50_ms, direct.e2e_p50_ms),
-           "e2e_overhead_p99_ms": diff(path.e2e_p99_ms, direct.e2e_p99_ms),
+           "ttft_overhead_p50_ms": _diff(path.ttft_p50_ms, direct.ttft_p50_ms),
+           "ttft_overhead_p99_ms": _diff(path.ttft_p99_ms, direct.ttft_p99_ms),
+           "outside_overhead_p50_ms": _diff(path.outside_p50_ms, direct.outside_p50_ms),
+           "outside_overhead_p99_ms": _diff(path.outside_p99_ms, direct.outside_p99_ms),
+           "e2e_overhead_p50_ms": _diff(path.e2e_p50_ms, direct.e2e_p50_ms),
+           "e2e_overhead_p99_ms": _diff(path.e2e_p99_ms, direct.e2e_p99_ms),
            "throughput_ratio": path.throughput_rps / direct.throughput_rps
            if direct.throughput_rps else None,
            "gateway_overhead_p50_ms": _ms_or_none(quantile(own, 0.5)),
@@ -263,7 +266,7 @@ def _with_overhead(path: PathFigures, direct: PathFigures, own: dict[float, floa
            "added_ttft_p99_beyond_buckets": beyond_buckets(added, quantile(added, 0.99)),
            "loop_lag_p50_ms": _ms_or_none(quantile(lag, 0.5)),
            "loop_lag_p99_ms": _ms_or_none(quantile(lag, 0.99)),
-           **gc_figures(gc_pauses)})
+           **gc_figures(histograms.get(GC_SERIES, {}))})
 
 
 def _fmt(value: float | None, digits: int = 1) -> str:
@@ -344,10 +347,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.null_proxy:
         runs[NULL_PROXY] = []
     runs.update({f"prefixgate:{p}": [] for p in policies})
-    own: dict[str, dict[float, float]] = {}
-    added: dict[str, dict[float, float]] = {}
-    lag: dict[str, dict[float, float]] = {}
-    gcs: dict[str, dict[float, float]] = {}
+    histograms: dict[str, dict[str, dict[float, float]]] = {}
+    """Per gateway path, per series: bucket counts summed over the measured rounds."""
     hops: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
@@ -366,10 +367,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
             for name, url in urls.items():
                 reset_caches(replicas)
                 gateway = name.startswith("prefixgate")
-                before = scrape_buckets(url, OVERHEAD_SERIES) if gateway else {}
-                before_added = scrape_buckets(url, ADDED_TTFT_SERIES) if gateway else {}
-                before_lag = scrape_buckets(url, LOOP_LAG_SERIES) if gateway else {}
-                before_gc = scrape_buckets(url, GC_SERIES) if gateway else {}
+                before = scrape_histograms(url, GATEWAY_SERIES) if gateway else {}
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
@@ -378,18 +376,14 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     runs[name].append(measured)
                     hops[name].extend(outside_replica(measured, replica_timings(replicas[0].url)))
                     if gateway:
-                        for series, start, sums in ((OVERHEAD_SERIES, before, own),
-                                                    (ADDED_TTFT_SERIES, before_added, added),
-                                                    (LOOP_LAG_SERIES, before_lag, lag),
-                                                    (GC_SERIES, before_gc, gcs)):
-                            change = delta(start, scrape_buckets(url, series))
-                            total = sums.setdefault(name, {})
-                            for bound, count in change.items():
+                        after = scrape_histograms(url, GATEWAY_SERIES)
+                        for series in GATEWAY_SERIES:
+                            total = histograms.setdefault(name, {}).setdefault(series, {})
+                            for bound, count in delta(before[series], after[series]).items():
                                 total[bound] = total.get(bound, 0.0) + count
     figures = {name: _with_outside(_figures(name, rs), hops[name]) for name, rs in runs.items()}
     direct = figures["direct"]
-    rows = [direct] + [_with_overhead(f, direct, own.get(n, {}), added.get(n, {}),
-                                      lag.get(n, {}), gcs.get(n, {}))
+    rows = [direct] + [_with_overhead(f, direct, histograms.get(n, {}))
                        for n, f in figures.items() if n != "direct"]
     null = figures.get(NULL_PROXY)
     if null is not None:
