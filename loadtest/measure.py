@@ -87,7 +87,8 @@ async def measure(
         progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
                             stream=progress_stream)
         # The load generator's own full collections would delay its reads of
-        # every stream; what it loaded so far is never garbage.
+        # every stream; what it loaded so far is never garbage during the run
+        # (handed back after it, as the gateway and the sim do at shutdown).
         gc.collect()
         gc.freeze()
         start = clock()
@@ -96,6 +97,7 @@ async def measure(
             result: DriveResult = await drive(workload, client, target.model, clock=clock,
                                               progress=progress, max_duration=limits.max_duration)
         finally:
+            gc.unfreeze()
             if sampling:
                 sampling.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

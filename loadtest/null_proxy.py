@@ -35,12 +35,13 @@ class NullProxy:
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        body = b""
+        parts = []
         more = True
         while more:
             message = await receive()
-            body += message.get("body", b"")
+            parts.append(message.get("body", b""))
             more = message.get("more_body", False)
+        body = b"".join(parts)
         headers = {k.decode(): v.decode() for k, v in scope["headers"] if k in PASSED}
         assert self.session is not None
         async with self.session.post(self.upstream + scope["path"], data=body,

@@ -61,6 +61,8 @@ class Prefix:
 
     text: str
     segments: tuple[tuple[int, TextField], ...]
+    digest: int
+    """xxh3 of ``text``: computed once, used to find the group and to skip re-aligning."""
 
     @staticmethod
     def of(fields: list[TextField], max_chars: int) -> Prefix:
@@ -73,7 +75,9 @@ class Prefix:
             segments.append((offset, field))
             parts.append(field.text)
             offset += len(field.text) + len(SEPARATOR)
-        return Prefix(SEPARATOR.join(parts)[:max_chars], tuple(segments))
+        text = SEPARATOR.join(parts)[:max_chars]
+        return Prefix(text, tuple(segments),
+                      xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass")))
 
     def offset_of(self, path: str) -> int | None:
         return next((offset for offset, field in self.segments if field.path == path), None)
@@ -129,8 +133,7 @@ class Group:
 
     def observe(self, prefix: Prefix, salt: str | None, order: tuple[str, ...],
                 min_seen: int) -> Observation:
-        text = prefix.text
-        digest = xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+        text, digest = prefix.text, prefix.digest
         if self.variance is None:
             self.variance = Variance(self.atomizer, text, self.max_chars, LIVE_MAX_ATOMS)
             alignment = self.variance.align(text)
@@ -186,10 +189,10 @@ class GroupTable:
         self._serial = 0
         self._lock = threading.Lock()
 
-    def get(self, model: str, tenant: str, shape: str, text: str = "") -> Group:
-        """The group of ``text``'s template; a new one when no group's text is like it."""
+    def get(self, model: str, tenant: str, shape: str, prefix: Prefix) -> Group:
+        """The group of ``prefix``'s template; a new one when no group's text is like it."""
         base = (model, tenant, shape)
-        digest = xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+        text, digest = prefix.text, prefix.digest
         with self._lock:
             serials = self._templates.setdefault(base, [])
             # The same text as a group's last request (the common case), else the

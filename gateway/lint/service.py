@@ -148,7 +148,7 @@ class LintService:
             findings.extend(self._field_findings(field, now))
         findings.extend(self.fields.request_findings(body, now))
         prefix = Prefix.of(fields, self.limits.max_prefix_chars)
-        group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix.text)
+        group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix)
         findings.extend(self._observe(group, prefix, body, findings, blocking))
         if self._fills_clock(model, body):
             findings.append(Finding("template_dynamic", "", "chat_template", 0, 0, "warning",
