@@ -103,8 +103,10 @@ def build_router(state: GatewayState) -> APIRouter:
             state.record(model, settled(), outcome, started)
 
         async def response_headers(replica_id: str) -> dict[str, str]:
+            # Both have usually finished by the replica's first byte; awaiting a
+            # finished task does not yield to the loop (asyncio.wait would, twice).
             lint_warnings = await lint
-            if rest is not None:
+            if rest is not None and not rest.done():
                 await asyncio.wait([rest])
             return {
                 "x-prefixgate-replica": replica_id,

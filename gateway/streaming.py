@@ -54,37 +54,54 @@ class RelayStream(Response):
         self.on_first_sent = on_first_sent
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body_send = scope.get(RAW_SEND, send)
         outcome: BaseException | None = None
-        relay = asyncio.ensure_future(self._relay(send, scope.get(RAW_SEND, send)))
-        watcher = asyncio.ensure_future(wait_disconnect(receive))
         try:
-            done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if relay in done:
-                outcome = relay.exception()
-            else:
-                relay.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await relay
-                outcome = ConnectionAbortedError("client disconnected")
-        except asyncio.CancelledError as exc:
-            relay.cancel()
+            # The start and the first chunk go out from the handler's own task.
+            # A new task would first wait its turn behind everything the loop
+            # has ready: under load, the burst of other streams' chunks that a
+            # replica's engine step releases at once, which is when a first
+            # token arrives.
+            await self._begin(send, body_send)
+            outcome = await self._relay_rest(receive, send, body_send)
+        except BaseException as exc:
             outcome = exc
             raise
         finally:
-            watcher.cancel()
             await self.on_finish(outcome)
 
-    async def _relay(self, send: Send, body_send: Send) -> None:
+    async def _begin(self, send: Send, body_send: Send) -> None:
         # The start goes through the middlewares (they note that a response
         # began); the body chunks go straight to the server.
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
-        on_chunk = self.on_chunk
-        on_chunk(self.first_chunk)
+        self.on_chunk(self.first_chunk)
         await body_send({"type": "http.response.body", "body": self.first_chunk,
                          "more_body": True})
         if self.on_first_sent is not None:
             self.on_first_sent()
+
+    async def _relay_rest(self, receive: Receive, send: Send,
+                          body_send: Send) -> BaseException | None:
+        """Relay the rest until it ends (its error, or None) or the client leaves."""
+        relay = asyncio.ensure_future(self._relay(send, body_send))
+        watcher = asyncio.ensure_future(wait_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            relay.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if relay in done:
+            return relay.exception()
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await relay
+        return ConnectionAbortedError("client disconnected")
+
+    async def _relay(self, send: Send, body_send: Send) -> None:
+        on_chunk = self.on_chunk
         try:
             async for chunk in self.rest:
                 on_chunk(chunk)

@@ -139,6 +139,11 @@ class PathFigures:
     """Outside-the-replica figures minus the null proxy's: the gateway's own work."""
     timed: int = 0
     """Requests joined to the replica's timing log."""
+    cpu_ms_per_request: float | None = None
+    """The proxy process's CPU time (user + system, all threads) over its
+    measured rounds, per request: its whole cost, whatever the latency."""
+    cpu_over_null: float | None = None
+    """``cpu_ms_per_request`` as a multiple of the null proxy's."""
 
 
 def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
@@ -219,6 +224,23 @@ def _over_null(path: PathFigures, null: PathFigures) -> PathFigures:
                           "over_null_p99_ms": _diff(path.outside_p99_ms, null.outside_p99_ms)})
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (every thread), from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    # After the command name: state is field 3, utime and stime fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _with_cpu(path: PathFigures, seconds: float | None, null: PathFigures | None) -> PathFigures:
+    if seconds is None or not path.requests:
+        return path
+    per_request = seconds * 1000 / path.requests
+    base = null.cpu_ms_per_request if null is not None else None
+    return PathFigures(**{**path.__dict__, "cpu_ms_per_request": per_request,
+                          "cpu_over_null": per_request / base if base else None})
+
+
 def start_null_proxy(upstream: str, group: ServiceGroup, log_dir: Path) -> str:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -273,13 +295,21 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _cpu_cell(p: PathFigures) -> str:
+    if p.cpu_ms_per_request is None:
+        return "-"
+    ratio = f" ({p.cpu_over_null:.2f}x)" if p.cpu_over_null is not None else ""
+    return f"{p.cpu_ms_per_request:.2f}{ratio}"
+
+
 def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float) -> str:
     header = ("| path | requests | errors | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
               "| req/s | mean in flight | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
               "| throughput vs direct | in-gateway overhead p50 / p99 ms "
               "| in-gateway added TTFT p50 / p99 ms | TTFT outside the replica p50 / p99 ms "
-              "| its overhead p50 / p99 ms | send to replica p50 ms |")
-    lines = [header, "|" + "---|" * 17]
+              "| its overhead p50 / p99 ms | send to replica p50 ms "
+              "| CPU ms per request (x null proxy) |")
+    lines = [header, "|" + "---|" * 18]
     for p in paths:
         at_least = ">= " if p.gateway_overhead_p99_beyond_buckets else ""
         own = (f"{_fmt(p.gateway_overhead_p50_ms, 3)} / "
@@ -296,7 +326,7 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
             f"| {_fmt(p.throughput_ratio, 2)} | {own} | {added} "
             f"| {_fmt(p.outside_p50_ms, 2)} / {_fmt(p.outside_p99_ms, 2)} "
             f"| {_fmt(p.outside_overhead_p50_ms, 2)} / {_fmt(p.outside_overhead_p99_ms, 2)} "
-            f"| {_fmt(p.inbound_p50_ms, 2)} |")
+            f"| {_fmt(p.inbound_p50_ms, 2)} | {_cpu_cell(p)} |")
     verdicts = []
     target = f"(p50 < {target_p50:g} ms, p99 < {target_p99:g} ms)"
     for p in paths:
@@ -350,6 +380,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     histograms: dict[str, dict[str, dict[float, float]]] = {}
     """Per gateway path, per series: bucket counts summed over the measured rounds."""
     hops: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
+    cpu: dict[str, float] = {}
+    """Per proxy path (null proxy, gateways): its process's CPU seconds over the measured rounds."""
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
@@ -362,18 +394,24 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.pin:
             pin(group, gateways=[s for s in group.services
                                  if s.name.startswith("prefixgate") or s.name == NULL_PROXY])
+        pids = {s.name: s.process.pid for s in group.services
+                if s.name in urls and s.process is not None}
         for round_index in range(args.rounds + 1):
             workload = overhead_workload(args, seed=round_index)
             for name, url in urls.items():
                 reset_caches(replicas)
                 gateway = name.startswith("prefixgate")
                 before = scrape_histograms(url, GATEWAY_SERIES) if gateway else {}
+                cpu_before = process_cpu_seconds(pids[name]) if name in pids else 0.0
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
                                        limits))
                 if round_index > 0:
                     runs[name].append(measured)
+                    if name in pids:
+                        cpu[name] = (cpu.get(name, 0.0) + process_cpu_seconds(pids[name])
+                                     - cpu_before)
                     hops[name].extend(outside_replica(measured, replica_timings(replicas[0].url)))
                     if gateway:
                         after = scrape_histograms(url, GATEWAY_SERIES)
@@ -387,8 +425,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                        for n, f in figures.items() if n != "direct"]
     null = figures.get(NULL_PROXY)
     if null is not None:
+        null = _with_cpu(null, cpu.get(NULL_PROXY), None)
         rows = [_over_null(row, null) if row.name.startswith("prefixgate") else row
                 for row in rows]
+    rows = [_with_cpu(row, cpu.get(row.name), null) for row in rows]
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),

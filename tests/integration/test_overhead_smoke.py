@@ -43,4 +43,8 @@ def test_open_loop_raw_client_overhead_run(tmp_path: Path) -> None:
     assert gateway["outside_overhead_p50_ms"] is not None
     assert gateway["gc_pauses"] and gateway["gc_pauses"] > 0  # its collections were timed
     assert gateway["over_null_p50_ms"] is not None  # compared with the pass-through proxy
+    # each proxy process's CPU time over its rounds was read from /proc (not the direct path)
+    assert paths["null-proxy"]["cpu_ms_per_request"] is not None
+    assert paths["direct"]["cpu_ms_per_request"] is None
+    assert gateway["cpu_ms_per_request"] > 0 and gateway["cpu_over_null"] is not None
     assert "in-gateway added TTFT" in (tmp_path / "overhead.md").read_text()
