@@ -15,7 +15,8 @@ import dataclasses
 import logging
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -29,6 +30,8 @@ from .schemas import ChatBody, CompletionBody, Sampling, parse_json, validate
 from .state import GatewayState
 
 log = logging.getLogger("prefixgate.access")
+
+T = TypeVar("T")
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -45,6 +48,18 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
+    """``work()``, begun one turn of the event loop late.
+
+    Sending a request body, aiohttp on Python 3.11 queues a task of its own
+    that writes it (3.12+ starts it eagerly). Work queued by the handler
+    before it sends would run first and hold the request back; started from
+    here it runs after the write.
+    """
+    await asyncio.sleep(0)
+    return await work()
+
+
 def resolve_model(state: GatewayState, requested: str | None) -> str:
     known = state.pool.known_models()
     if requested is None:
@@ -56,8 +71,15 @@ def resolve_model(state: GatewayState, requested: str | None) -> str:
     return requested
 
 
-def build_router(state: GatewayState) -> APIRouter:
+RouteHandler = Callable[[Request], Awaitable[Response]]
+
+
+def build_router(state: GatewayState,
+                 direct: dict[str, RouteHandler] | None = None) -> APIRouter:
+    """The routes; the two routed POST handlers are also put into ``direct``
+    (path -> handler) for ``GatewayApp`` to call without the framework's layers."""
     router = APIRouter()
+    direct = {} if direct is None else direct
 
     async def routed(request: Request, kind: str, path: str,
                      schema: type[Sampling]) -> Response:
@@ -70,17 +92,18 @@ def build_router(state: GatewayState) -> APIRouter:
         session_key = request.headers.get("x-session-id") or body.user
         # The prompt lint runs beside the request, not before it: its count is
         # only needed for the response headers, at the replica's first byte.
-        lint = asyncio.ensure_future(state.lint_prefix(
-            model, data, kind, request.headers.get("authorization") or body.user))
+        tenant = request.headers.get("authorization") or body.user
+        lint = asyncio.ensure_future(after_request_leaves(
+            lambda: state.lint_prefix(model, data, kind, tenant)))
         try:
             described = await state.describe(model, data, kind, session_key, request_id)
             routed = state.router.decide(described.request)
         except BaseException:
             lint.cancel()
             raise
-        # Prompt text never seen before is tokenized once the request has left
-        # (the task runs at the handler's first wait, after the request is sent).
-        rest = asyncio.ensure_future(described.rest()) if described.rest else None
+        # Prompt text never seen before is tokenized once the request has left.
+        rest = (asyncio.ensure_future(after_request_leaves(described.rest))
+                if described.rest else None)
 
         def settled() -> Routed:
             """The decision with the whole request, once its tokenizing is done."""
@@ -126,13 +149,16 @@ def build_router(state: GatewayState) -> APIRouter:
             if rest is not None and not rest.done():
                 rest.cancel()
 
-    @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await routed(request, "chat", "/v1/chat/completions", ChatBody)
 
-    @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await routed(request, "completions", "/v1/completions", CompletionBody)
+
+    for path, handler in (("/v1/chat/completions", chat_completions),
+                          ("/v1/completions", completions)):
+        router.add_api_route(path, handler, methods=["POST"])
+        direct[path] = handler
 
     @router.get("/v1/models")
     async def models() -> Response:
