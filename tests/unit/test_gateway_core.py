@@ -168,3 +168,22 @@ async def test_unknown_route_and_method_are_json() -> None:
     async with gateway([FakeReplica("a")]) as client:
         assert_openai_error(await client.get("/v1/nothing"), 404)
         assert_openai_error(await client.get("/v1/chat/completions"), 405)
+
+
+async def test_a_gateway_fault_in_a_routed_request_is_a_json_500_and_the_next_one_is_served(
+        caplog: pytest.LogCaptureFixture) -> None:
+    a = FakeReplica("a")
+    async with gateway([a], policy="round_robin") as client:
+        router = client.app.state.gateway.router  # type: ignore[attr-defined]
+        decide = router.decide
+
+        def broken(request):  # a bug in routing, not the client's fault
+            raise RuntimeError("routing table corrupted")
+        router.decide = broken
+        with caplog.at_level("ERROR", logger="prefixgate.errors"):
+            error = assert_openai_error(await client.post("/v1/chat/completions", json=CHAT), 500)
+        assert error["type"] == "InternalServerError"
+        assert "routing table corrupted" in caplog.text  # logged with its traceback
+        router.decide = decide
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+    assert len(a.requests) == 1
