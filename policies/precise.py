@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from .events import EventBatch, KVEvent
 from .options import parse_options
 from .precise_index import PreciseIndex
-from .scoring import RecentPlacements, ScoringConfig, decide
+from .scoring import ScoringConfig, decide
 from .sessions import SessionTable
 from .types import Decision, ReplicaView, RouteRequest
 
@@ -71,7 +71,6 @@ class PrecisePolicy:
             ttl_seconds=self.config.session_ttl_seconds, max_sessions=self.config.max_sessions
         )
         self._requests = 0
-        self._placements = RecentPlacements()
 
     @classmethod
     def from_options(
@@ -94,16 +93,14 @@ class PrecisePolicy:
             session_replica = self.sessions.get(request.session_key, now)
         rotation = self._requests
         self._requests += 1
-        decision = decide(
+        return decide(
             request,
             replicas,
             self.index.match(request.block_hashes, now),
             session_replica,
             self.config,
             rotation,
-            self._placements.held(self.index.size, replicas, now),
         )
-        return self._placements.note(request, decision, now)
 
     def observe(self, request: RouteRequest, decision: Decision) -> None:
         """Speculate the blocks on ``decision.replica_id`` (pass the replica actually used)."""

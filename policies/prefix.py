@@ -34,7 +34,7 @@ from typing import Any
 
 from .options import parse_options
 from .prefix_index import ApproximatePrefixIndex
-from .scoring import RecentPlacements, ScoringConfig, decide
+from .scoring import ScoringConfig, decide
 from .sessions import SessionTable
 from .types import Decision, ReplicaView, RouteRequest
 
@@ -61,7 +61,6 @@ class PrefixPolicy:
             ttl_seconds=self.config.session_ttl_seconds, max_sessions=self.config.max_sessions
         )
         self._requests = 0
-        self._placements = RecentPlacements()
         self._reported_capacity: dict[str, int] = {}
 
     @classmethod
@@ -80,16 +79,14 @@ class PrefixPolicy:
             session_replica = self.sessions.get(request.session_key, now)
         rotation = self._requests
         self._requests += 1
-        decision = decide(
+        return decide(
             request,
             replicas,
             self.index.match(request.block_hashes, now),
             session_replica,
             self.config,
             rotation,
-            self._placements.held(self.index.size, replicas, now),
         )
-        return self._placements.note(request, decision, now)
 
     def observe(self, request: RouteRequest, decision: Decision) -> None:
         """Record the blocks for ``decision.replica_id`` (pass the replica actually used)."""

@@ -25,20 +25,6 @@ with the option ``scorer``, turns that and the replicas' load into a ranking.
   one more waiting request. Equal costs are broken by a rotating offset, so
   identical replicas share load instead of the first id taking it all.
 
-  A *miss* (no replica holds any block of the prompt) places a new prefix,
-  and with hits worth that much, every later request sharing it follows.
-  Placing it on the momentarily least loaded replica lets chance decide
-  where the prefixes, and so the load to come, pile up (in the 4-replica
-  test, one replica ended up with up to 1.5x the mean). So a miss goes to
-  the replica whose cache is the least full (the index's blocks for it over
-  its KV capacity, as sgl-router picks the smallest tree) among those whose
-  estimated TTFT is within ``miss_slack_seconds`` of the cheapest. The
-  index learns a request's blocks only when it finishes (``prefix``) or
-  when the engine's events arrive (``precise``), so the blocks of misses
-  placed in the last ``PLACEMENT_MEMORY_SECONDS`` count as held meanwhile
-  (:class:`RecentPlacements`); without that, a burst of misses would all
-  see the same emptiest cache and pile onto it.
-
 ``threshold`` (sgl-router / vllm-router ``cache_aware`` style):
 
   1. Load is *imbalanced* when ``max - min > balance_abs_threshold`` and
@@ -79,10 +65,6 @@ Parameters (all options of ``prefix`` and ``precise``):
   load differences that cost less than the prefill it caused.
 * ``waiting_request_seconds`` (default 0.1): TTFT added per waiting request
   (about the prefill of a 1,000-token prompt).
-* ``miss_slack_seconds`` (default 0.01): how much worse than the cheapest a
-  replica's estimated TTFT may be for a miss to go there because its cache
-  is emptier: five running requests, or a tenth of a waiting one (0 places
-  misses on the cheapest, as before).
 * ``kv_pressure_threshold`` (default 0.9): KV usage where pressure starts.
 * ``kv_pressure_seconds`` (default 1.0): TTFT added at 100% KV usage.
 * ``cache_threshold`` (default 0.5): ``threshold`` scorer's hit ratio.
@@ -102,49 +84,13 @@ Parameters (all options of ``prefix`` and ``precise``):
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .base import healthy
 from .types import Decision, ReplicaView, RouteRequest
 
 SCORERS = ("cost", "threshold")
-
-PLACEMENT_MEMORY_SECONDS = 2.0
-"""How long a placed miss's blocks count as held before the index has them."""
-
-
-class RecentPlacements:
-    """Blocks of the misses placed lately, per replica (see the module's ``cost``)."""
-
-    def __init__(self, memory_seconds: float = PLACEMENT_MEMORY_SECONDS) -> None:
-        self.memory_seconds = memory_seconds
-        self._placed: deque[tuple[float, str, int]] = deque()
-        self._blocks: dict[str, int] = {}
-
-    def add(self, replica_id: str, blocks: int, now: float) -> None:
-        self._placed.append((now, replica_id, blocks))
-        self._blocks[replica_id] = self._blocks.get(replica_id, 0) + blocks
-
-    def blocks(self, now: float) -> dict[str, int]:
-        placed, cutoff = self._placed, now - self.memory_seconds
-        while placed and placed[0][0] < cutoff:
-            _, replica_id, blocks = placed.popleft()
-            self._blocks[replica_id] -= blocks
-        return self._blocks
-
-    def held(self, index_size: Callable[[str], int], replicas: Sequence[ReplicaView],
-             now: float) -> dict[str, int]:
-        """Per replica: what the index holds plus what was placed lately."""
-        recent = self.blocks(now)
-        return {view.id: index_size(view.id) + recent.get(view.id, 0) for view in replicas}
-
-    def note(self, request: RouteRequest, decision: Decision, now: float) -> Decision:
-        """Remember a miss's placement; returns the decision."""
-        if decision.reason == "miss":
-            self.add(decision.replica_id, len(request.block_hashes), now)
-        return decision
 
 
 @dataclass(frozen=True)
@@ -153,7 +99,6 @@ class ScoringConfig:
     prefill_seconds_per_token: float = 0.0001
     running_request_seconds: float = 0.002
     waiting_request_seconds: float = 0.1
-    miss_slack_seconds: float = 0.01
     kv_pressure_threshold: float = 0.9
     kv_pressure_seconds: float = 1.0
     cache_threshold: float = 0.5
@@ -171,7 +116,6 @@ class ScoringConfig:
             "prefill_seconds_per_token": self.prefill_seconds_per_token,
             "running_request_seconds": self.running_request_seconds,
             "waiting_request_seconds": self.waiting_request_seconds,
-            "miss_slack_seconds": self.miss_slack_seconds,
             "kv_pressure_seconds": self.kv_pressure_seconds,
             "balance_abs_threshold": self.balance_abs_threshold,
             "session_affinity_seconds": self.session_affinity_seconds,
@@ -216,14 +160,11 @@ def decide(
     session_replica: str | None,
     config: ScoringConfig,
     rotation: int,
-    held_blocks: Mapping[str, int] | None = None,
 ) -> Decision:
     """Rank the healthy replicas with the configured rule.
 
     ``rotation`` is the caller's request counter: it breaks ties so that
-    equal replicas take turns. ``held_blocks``: the blocks the caller's
-    index holds per replica, for placing misses (``cost``); without it a
-    miss goes to the cheapest. Raises ``NoReplicaAvailable``.
+    equal replicas take turns. Raises ``NoReplicaAvailable``.
     """
     candidates = sorted(healthy(replicas), key=lambda r: r.id)
     matched = {r.id: matched_by_replica.get(r.id, 0) for r in candidates}
@@ -232,8 +173,7 @@ def decide(
     offset = rotation % len(candidates)
     turn = {r.id: (i - offset) % len(candidates) for i, r in enumerate(candidates)}
     if config.scorer == "cost":
-        return _by_cost(request, candidates, matched, session_replica, config, turn,
-                        held_blocks)
+        return _by_cost(request, candidates, matched, session_replica, config, turn)
     return _by_threshold(request, candidates, matched, session_replica, config, turn)
 
 
@@ -244,17 +184,14 @@ def _by_cost(
     session_replica: str | None,
     config: ScoringConfig,
     turn: dict[str, int],
-    held_blocks: Mapping[str, int] | None,
 ) -> Decision:
     base = {r.id: estimated_ttft(r, matched[r.id], request, config) for r in candidates}
     cost = dict(base)
     if session_replica is not None:
         cost[session_replica] -= config.session_affinity_seconds
     ranked = sorted(candidates, key=lambda r: (cost[r.id], turn[r.id]))
-    best_match = max(matched.values())
-    if best_match == 0 and session_replica is None and held_blocks is not None:
-        ranked = _place_miss(ranked, cost, held_blocks, config.miss_slack_seconds)
     chosen = ranked[0].id
+    best_match = max(matched.values())
     without_session = min(candidates, key=lambda r: (base[r.id], turn[r.id])).id
     if chosen == session_replica and without_session != chosen:
         reason = "session"
@@ -271,20 +208,6 @@ def _by_cost(
         matched_blocks=matched,
         scores=cost,
     )
-
-
-def _place_miss(ranked: list[ReplicaView], cost: dict[str, float],
-                held_blocks: Mapping[str, int], slack: float) -> list[ReplicaView]:
-    """``ranked`` with the least full cache of those near the cheapest first."""
-    limit = cost[ranked[0].id] + slack
-
-    def fullness(replica: ReplicaView) -> float:
-        held = held_blocks.get(replica.id, 0)
-        return held / replica.block_capacity if replica.block_capacity > 0 else float(held)
-
-    near = [r for r in ranked if cost[r.id] <= limit]
-    emptiest = min(near, key=fullness)  # ranked order breaks ties
-    return [emptiest] + [r for r in ranked if r is not emptiest]
 
 
 def _by_threshold(

@@ -55,40 +55,6 @@ def test_equal_replicas_take_turns():
     assert {d.reason for d in chosen} == {"miss"}
 
 
-def test_a_miss_goes_to_the_emptiest_cache_within_the_slack():
-    # b is one running request busier (2 ms, inside the 10 ms slack) but holds
-    # half as many blocks per KV capacity: the new prefix is placed there.
-    replicas = [replica("a", block_capacity=1000), replica("b", inflight=1, block_capacity=4000),
-                replica("c", inflight=1, block_capacity=1000)]
-    held = {"a": 300, "b": 600, "c": 200}
-    decision = decide(PROMPT, replicas, {}, None, ScoringConfig(), rotation=0, held_blocks=held)
-    assert (decision.replica_id, decision.reason) == ("b", "miss")
-    assert decision.fallbacks == ("a", "c")  # the rest stay in cost order
-    # A waiting request (100 ms) is beyond the slack: the cheapest keeps the miss.
-    queued = [replica("a", block_capacity=1000), replica("b", waiting=1, block_capacity=4000)]
-    assert decide(PROMPT, queued, {}, None, ScoringConfig(), rotation=0,
-                  held_blocks=held).replica_id == "a"
-    # No slack: as without the index's sizes.
-    strict = ScoringConfig(miss_slack_seconds=0.0)
-    assert decide(PROMPT, replicas, {}, None, strict, rotation=0,
-                  held_blocks=held).replica_id == "a"
-    # A hit is not a miss: the match decides, whatever the caches hold.
-    hit = decide(PROMPT, replicas, {"c": 8}, None, ScoringConfig(), rotation=0, held_blocks=held)
-    assert (hit.replica_id, hit.reason) == ("c", "hit")
-
-
-def test_new_prefixes_spread_over_the_caches_without_load_differences():
-    replicas = [replica("a"), replica("b"), replica("c")]
-    held = {"a": 0, "b": 0, "c": 0}
-    placed = []
-    for i in range(9):  # every miss adds 40 blocks to the chosen replica's cache
-        chosen = decide(PROMPT, replicas, {}, None, ScoringConfig(), rotation=0,
-                        held_blocks=held).replica_id
-        held[chosen] += 40
-        placed.append(chosen)
-    assert sorted(placed.count(r) for r in "abc") == [3, 3, 3]
-
-
 def test_session_discount_decides_close_calls_only():
     config = ScoringConfig(session_affinity=True)
     replicas = [replica("a", inflight=2), replica("b", inflight=1)]
