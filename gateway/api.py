@@ -71,15 +71,8 @@ def resolve_model(state: GatewayState, requested: str | None) -> str:
     return requested
 
 
-RouteHandler = Callable[[Request], Awaitable[Response]]
-
-
-def build_router(state: GatewayState,
-                 direct: dict[str, RouteHandler] | None = None) -> APIRouter:
-    """The routes; the two routed POST handlers are also put into ``direct``
-    (path -> handler) for ``GatewayApp`` to call without the framework's layers."""
+def build_router(state: GatewayState) -> APIRouter:
     router = APIRouter()
-    direct = {} if direct is None else direct
 
     async def routed(request: Request, kind: str, path: str,
                      schema: type[Sampling]) -> Response:
@@ -149,16 +142,14 @@ def build_router(state: GatewayState,
             if rest is not None and not rest.done():
                 rest.cancel()
 
+    @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await routed(request, "chat", "/v1/chat/completions", ChatBody)
 
+    @router.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await routed(request, "completions", "/v1/completions", CompletionBody)
 
-    for path, handler in (("/v1/chat/completions", chat_completions),
-                          ("/v1/completions", completions)):
-        router.add_api_route(path, handler, methods=["POST"])
-        direct[path] = handler
 
     @router.get("/v1/models")
     async def models() -> Response:

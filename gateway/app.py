@@ -13,11 +13,9 @@ import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
 
 import httpx
 from fastapi import FastAPI
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from engine.backend import Backend, Timeouts
@@ -27,7 +25,7 @@ from engine.remote import RemoteBackend
 from policies.registry import default_registry
 
 from . import errors
-from .api import RouteHandler, build_router
+from .api import build_router
 from .config import Settings
 from .hashers import HasherCollector, HasherSet
 from .inprocess import start_inprocess
@@ -76,46 +74,18 @@ FULL_GC_EVERY = 100
 
 
 class GatewayApp(FastAPI):
-    """FastAPI, with a short way in for the routed requests.
+    """FastAPI, plus the server's own ``send`` in the scope for stream relays.
 
-    ``POST /v1/chat/completions`` and ``/v1/completions`` (``direct_routes``,
-    filled when serving starts) are called straight from here, with the
-    gateway's error rendering around them: the framework's ~20 layers of
-    middleware, routing and endpoint wrapping cost CPU per request, and each
-    open stream kept their coroutine frames alive for the garbage collector
-    to walk. Everything else (other methods on those paths included) goes
-    through FastAPI, whose exception handlers render errors the same way.
-
-    The server's own ``send`` is put in the scope for stream relays: once a
-    relay has sent its start, its body chunks (thousands a second under
-    load) go straight to the server (``gateway.streaming``).
+    Starlette's error middlewares wrap ``send`` to learn whether a response
+    has started; once a relay has sent its start through them, its body
+    chunks (thousands a second under load) go straight to the server
+    (``gateway.streaming``).
     """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.direct_routes: dict[str, RouteHandler] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND] = send
-            if scope["method"] == "POST":
-                handler = self.direct_routes.get(scope["path"])
-                if handler is not None:
-                    await self._direct(handler, scope, receive, send)
-                    return
         await super().__call__(scope, receive, send)
-
-    @staticmethod
-    async def _direct(handler: RouteHandler, scope: Scope, receive: Receive,
-                      send: Send) -> None:
-        request = Request(scope, receive)
-        try:
-            response = await handler(request)
-        except errors.GatewayError as exc:
-            response = errors.error_response(exc)
-        except Exception:
-            response = errors.unexpected(request)
-        await response(scope, receive, send)
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
@@ -124,7 +94,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
     registry.create(settings.policy, settings.policy_options)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: GatewayApp) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as engines_stack:
             live, engines = await start_inprocess(settings, engines_stack)
 
@@ -137,7 +107,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                 yield
 
     @contextlib.asynccontextmanager
-    async def _serving(app: GatewayApp, settings: Settings,
+    async def _serving(app: FastAPI, settings: Settings,
                        transport: TransportFactory) -> AsyncIterator[None]:
         pool = ReplicaPool(build_backends(settings, transport),
                            health_interval=settings.health_interval,
@@ -162,7 +132,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         gc_pauses.start()
         kv_feed = KVFeed(settings, pool, policy)
         kv_feed.start()
-        app.include_router(build_router(state, app.direct_routes))
+        app.include_router(build_router(state))
         app.include_router(build_ops_router(ops_view))
         app.include_router(build_lint_router(state, lint))
         app.state.gateway = state

@@ -95,14 +95,6 @@ _STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "Permi
                  422: "BadRequestError", 429: "RateLimitError"}
 
 
-def unexpected(request: Request) -> JSONResponse:
-    """A 500 in OpenAI's shape for an exception nobody expected (logged, being handled)."""
-    log.exception("unexpected error on %s", request.url.path)
-    return JSONResponse(
-        error_body(500, "internal gateway error", "InternalServerError"), status_code=500
-    )
-
-
 def install(app: FastAPI) -> None:
     async def on_gateway_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GatewayError)
@@ -126,7 +118,10 @@ def install(app: FastAPI) -> None:
         )
 
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        return unexpected(request)
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse(
+            error_body(500, "internal gateway error", "InternalServerError"), status_code=500
+        )
 
     app.add_exception_handler(GatewayError, on_gateway_error)
     app.add_exception_handler(RequestValidationError, on_validation)
