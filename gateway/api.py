@@ -150,7 +150,6 @@ def build_router(state: GatewayState) -> APIRouter:
     async def completions(request: Request) -> Response:
         return await routed(request, "completions", "/v1/completions", CompletionBody)
 
-
     @router.get("/v1/models")
     async def models() -> Response:
         created = int(state.started_at)
