@@ -20,6 +20,7 @@ CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 
 @asynccontextmanager
 async def gateway(replicas: list[FakeReplica], model: str | None = None,
+                  raise_app_exceptions: bool = True,
                   **settings: object) -> AsyncIterator[httpx.AsyncClient]:
     overrides = {"replicas": [{"id": r.name, "url": f"http://{r.name}", "model": model}
                               for r in replicas],
@@ -28,8 +29,9 @@ async def gateway(replicas: list[FakeReplica], model: str | None = None,
     app = create_app(load_settings(overrides=overrides, env={}),
                      transport=lambda rid: by_id[rid].transport())
     async with LifespanManager(app) as manager:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=manager.app),
-                                     base_url="http://gw") as client:
+        transport = httpx.ASGITransport(app=manager.app,
+                                        raise_app_exceptions=raise_app_exceptions)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
             client.app = app  # type: ignore[attr-defined]
             yield client
 
@@ -173,21 +175,17 @@ async def test_unknown_route_and_method_are_json() -> None:
 async def test_a_gateway_fault_in_a_routed_request_is_a_json_500_and_the_next_one_is_served(
         caplog: pytest.LogCaptureFixture) -> None:
     a = FakeReplica("a")
-    async with gateway([a], policy="round_robin") as client:
+    # Starlette re-raises to the server after answering (for its log), as
+    # uvicorn expects; the test's in-process transport must not re-raise it.
+    async with gateway([a], policy="round_robin", raise_app_exceptions=False) as client:
         router = client.app.state.gateway.router  # type: ignore[attr-defined]
         decide = router.decide
 
         def broken(request):  # a bug in routing, not the client's fault
             raise RuntimeError("routing table corrupted")
         router.decide = broken
-        # Starlette re-raises to the server after answering (for its log), as
-        # uvicorn expects; the test's in-process transport must not re-raise it.
-        server = httpx.AsyncClient(transport=httpx.ASGITransport(
-            app=client._transport.app, raise_app_exceptions=False),  # type: ignore[attr-defined]
-            base_url="http://gw")
         with caplog.at_level("ERROR", logger="prefixgate.errors"):
-            error = assert_openai_error(await server.post("/v1/chat/completions", json=CHAT), 500)
-        await server.aclose()
+            error = assert_openai_error(await client.post("/v1/chat/completions", json=CHAT), 500)
         assert error["type"] == "InternalServerError"
         assert "routing table corrupted" in caplog.text  # logged with its traceback
         router.decide = decide

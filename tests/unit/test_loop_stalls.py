@@ -10,6 +10,9 @@ from prometheus_client import CollectorRegistry, Histogram
 
 from gateway.loop_lag import GcPauses, LoopLagProbe
 
+from .fake_replica import FakeReplica
+from .test_gateway_core import CHAT, gateway
+
 
 def _count(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name + "_count", labels) or 0.0
@@ -52,9 +55,6 @@ def test_collections_are_timed_by_generation_until_stopped() -> None:
 
 
 async def test_a_serving_gateway_freezes_its_start_up_and_spaces_full_collections() -> None:
-    from tests.unit.fake_replica import FakeReplica
-    from tests.unit.test_gateway_core import CHAT, gateway
-
     before = gc.get_threshold()
     async with gateway([FakeReplica("a")]) as client:
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
