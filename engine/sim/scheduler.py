@@ -113,6 +113,8 @@ class Engine:
         self._wall = wall_clock
         self._sleep = sleep
         self.waiting: deque[EngineRequest] = deque()
+        self._queued = 0
+        """Waiting requests the last schedule could not admit (reported as waiting)."""
         self.running: list[EngineRequest] = []
         self.now = 0.0
         self._wall_at_now = wall_clock()
@@ -142,13 +144,15 @@ class Engine:
         request.status = Status.WAITING
         self.cache.extend_hashes(request.block_hashes, request.token_ids, request.cache_salt)
         self.waiting.append(request)
-        self._report_state(0)
+        # Not reported here: like vLLM, the state is reported per step, and a
+        # request the next step admits is never seen waiting.
         self._wake.set()
 
     def abort(self, request: EngineRequest) -> None:
         """Drop a request (client went away); frees its blocks at once."""
         if request.status is Status.WAITING:
             self.waiting.remove(request)
+            self._queued = min(self._queued, len(self.waiting))
         elif request.status is Status.RUNNING:
             self.running.remove(request)
             self._free_blocks(request)
@@ -195,6 +199,7 @@ class Engine:
             position += 1
         if not preempted:
             budget = self._admit(work, budget)
+        self._queued = len(self.waiting)
         for request, count in work:
             self._commit_full_blocks(request, request.num_computed_tokens + count)
         decode_seqs = sum(1 for request, _ in work if request.is_decoding)
@@ -346,6 +351,8 @@ class Engine:
             self._publish(events)
 
     def _report_state(self, scheduled_tokens: int) -> None:
+        # Waiting = what the last schedule left in the queue (vLLM's stats come
+        # from the scheduler after scheduling), not requests that arrived since.
         self.observer.on_step(
-            len(self.running), len(self.waiting), self.cache.usage, scheduled_tokens
+            len(self.running), self._queued, self.cache.usage, scheduled_tokens
         )

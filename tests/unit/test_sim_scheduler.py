@@ -107,6 +107,24 @@ def test_requests_beyond_max_num_seqs_wait() -> None:
     assert ttft(requests[3]) > ttft(requests[0])  # queued behind the first two
 
 
+def test_a_request_the_next_step_admits_is_never_reported_waiting() -> None:
+    # vLLM reports its queue after scheduling: a request that arrives and is
+    # admitted at the next step does not show in vllm:num_requests_waiting
+    # (a router reading the gauge would take it for a queue).
+    engine, recorder = make_engine(max_num_seqs=2)
+    first = make_request(engine, [1] * 20, max_tokens=4, name="a")
+    engine.step()
+    make_request(engine, [2] * 20, max_tokens=4, name="b")  # arrives between steps
+    assert recorder.max_waiting == 0
+    run_until_done(engine)
+    assert recorder.max_waiting == 0 and first.status is Status.FINISHED
+    # Beyond max_num_seqs the queue is real and is reported.
+    for i in range(3):
+        make_request(engine, [i + 3] * 20, max_tokens=4, name=f"c{i}")
+    engine.step()
+    assert recorder.waiting == 1
+
+
 def test_requests_that_cannot_get_blocks_wait() -> None:
     # 16 blocks of 16 tokens; each prompt needs 8 blocks (plus growth).
     engine, recorder = make_engine(num_blocks=16, max_model_len=256)
