@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from transformers.utils import chat_template_utils
 
 from engine.tokenizer import HFRenderer
 from gateway.config import ModelSettings
@@ -56,21 +57,41 @@ def dated(dated_dir: str) -> Linter:
                   read_template(dated_dir), Detector(), ClockProbe(), clock=lambda: NOW)
 
 
-def test_template_date_is_a_warning_at_its_tokens(dated: Linter) -> None:
-    before = dt.datetime.now()
-    report = dated.lint(BODY, 16)
-    after = dt.datetime.now()
+def frozen_template_clock(monkeypatch: pytest.MonkeyPatch, today: dt.datetime) -> None:
+    """Inject the clock chat templates read: transformers renders ``strftime_now``
+    with its module's ``datetime.now()`` and accepts no callable from its caller."""
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:
+            return cls.fromtimestamp(today.timestamp(), tz)
+
+    monkeypatch.setattr(chat_template_utils, "datetime", Frozen)
+
+
+# The first of a month (its "01" shares a token with many other dates: the
+# case that once made this test fail on every 1st), month and year ends.
+@pytest.mark.parametrize("today", [dt.datetime(2026, 12, 1, 0, 0, 1),
+                                   dt.datetime(2026, 11, 30, 15, 25, 7),
+                                   dt.datetime(2027, 12, 31, 23, 59, 59),
+                                   dt.datetime(2028, 2, 29, 12, 0, 0)])
+def test_template_date_is_a_warning_at_its_tokens(dated: Linter, today: dt.datetime,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen_template_clock(monkeypatch, today)
+    linter = dated
+    report = linter.lint(BODY, 16)
     finding = next(f for f in report.findings if f.kind == "template_dynamic")
     assert finding.path == "chat_template" and finding.severity == "warning"
-    assert finding.text in {before.strftime("%d %b %Y"), after.strftime("%d %b %Y")}
+    assert finding.text == today.strftime("%d %b %Y")
     assert "date_string" in finding.suggestion
-    # Placed on the real tokens: the first one a different date would change.
-    assert dated.renderer is not None
-    rendered = dated.renderer.render_chat(BODY)
+    # Placed on the real tokens: the first one a date differing in every
+    # character (the next day would not: "01" and "02" share a token) changes.
+    assert linter.renderer is not None
+    rendered = linter.renderer.render_chat(BODY)
     assert rendered[finding.start:finding.end] == finding.text
-    ids = dated.renderer.text_token_ids(rendered, add_special_tokens=False)
-    other = dated.renderer.text_token_ids(rendered.replace(finding.text, "01 Jan 1999"),
-                                          add_special_tokens=False)
+    ids = linter.renderer.text_token_ids(rendered, add_special_tokens=False)
+    other = linter.renderer.text_token_ids(rendered.replace(finding.text, "99 Zzz 8888"),
+                                           add_special_tokens=False)
     changed = next(i for i, (a, b) in enumerate(zip(ids, other)) if a != b)
     assert finding.token_start == changed
     assert report.cacheable_prefix_tokens == changed - changed % 16
