@@ -56,6 +56,8 @@ class Replica:
     inflight: int = 0
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     served_models: tuple[str, ...] = ()
+    model_roots: dict[str, str] = field(default_factory=dict)
+    """Each served model's ``root`` in ``/v1/models`` (vLLM: the model's path or name)."""
     last_error: str | None = None
     last_probe: float | None = None
     consecutive_failures: int = 0
@@ -198,7 +200,7 @@ class ReplicaPool:
             if status == 200:
                 replica.metrics = parse_vllm_metrics(body.decode("utf-8", "replace"))
             if not replica.served_models or replica.probes % self.models_every == 0:
-                replica.served_models = await self._models(replica)
+                await self._models(replica)
         except EngineError as exc:
             replica.last_error = exc.detail
             replica.consecutive_failures += 1
@@ -208,15 +210,26 @@ class ReplicaPool:
         replica.consecutive_failures = 0
         self._set_health(replica, True)
 
-    async def _models(self, replica: Replica) -> tuple[str, ...]:
+    async def _models(self, replica: Replica) -> None:
         status, body = await replica.backend.get("/v1/models")
         if status != 200:
-            return replica.served_models
+            return
         try:
             data = orjson.loads(body).get("data", [])
-            return tuple(str(item["id"]) for item in data if isinstance(item, dict) and "id" in item)
-        except (orjson.JSONDecodeError, AttributeError, KeyError):
-            return replica.served_models
+            cards = [item for item in data if isinstance(item, dict) and "id" in item]
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        replica.served_models = tuple(str(card["id"]) for card in cards)
+        replica.model_roots = {str(card["id"]): str(card["root"]) for card in cards
+                               if isinstance(card.get("root"), str) and card["root"]}
+
+    def model_root(self, model: str) -> str | None:
+        """What a replica serving ``model`` reports as its root (the first that does)."""
+        for replica in self._replicas.values():
+            root = replica.model_roots.get(model)
+            if root:
+                return root
+        return None
 
     def _set_health(self, replica: Replica, healthy: bool) -> None:
         if replica.healthy == healthy:

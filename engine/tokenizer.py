@@ -30,6 +30,9 @@ class RenderError(ValueError):
 
 class Renderer(Protocol):
     name: str
+    units_per_token: int
+    """Units of ``text_token_ids`` per real token: 1 for a real tokenizer; the
+    byte renderer's units are UTF-8 bytes, about 4 to a token."""
 
     def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
         """Token ids of the prompt vLLM would build for a chat request body."""
@@ -104,6 +107,8 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
 class HFRenderer:
     """A Hugging Face tokenizer folder and its chat template."""
 
+    units_per_token = 1
+
     def __init__(self, path: str, chat_template: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -162,10 +167,25 @@ class HFRenderer:
 
 
 class ByteRenderer:
-    """No-install fallback: ChatML-like text, one token per UTF-8 byte."""
+    """No-install fallback: ChatML-like text, one unit per UTF-8 byte.
+
+    Without the model's tokenizer the gateway cannot know the engine's token
+    ids, but it can still route by prefix: equal leading text gives equal
+    leading bytes. Each message starts with ``<|``, so the rendered prompt
+    is cut into pieces at message boundaries (a shared system prompt is a
+    piece of its own, memoized), and blocks are hashed over
+    ``units_per_token`` bytes per token of the engine's block size.
+    """
 
     name = "bytes"
     has_chat_template = True
+    units_per_token = 4
+    """English runs at about 4 UTF-8 bytes per token with modern BPE
+    vocabularies, Chinese at about 4.5: the estimate for prompt tokens."""
+
+    def added_tokens(self) -> list[str]:
+        """Where pieces may be cut: any byte boundary is safe; message starts are useful."""
+        return ["<|"]
 
     def render_chat(self, request: Mapping[str, Any]) -> str:
         parts = []

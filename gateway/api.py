@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 import uuid
@@ -25,7 +24,6 @@ from starlette.responses import Response
 from .errors import BodyTooLarge, InvalidRequest, ModelNotFound
 from .jsonresp import JSONResponse
 from .proxy import Outcome
-from .routing import Routed
 from .schemas import ChatBody, CompletionBody, Sampling, parse_json, validate
 from .state import GatewayState
 
@@ -83,29 +81,17 @@ def build_router(state: GatewayState) -> APIRouter:
         model = resolve_model(state, body.model)
         request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
         session_key = request.headers.get("x-session-id") or body.user
-        # The prompt lint runs beside the request, not before it: its count is
-        # only needed for the response headers, at the replica's first byte.
+        # The prompt lint observes the request once it has left; it never holds
+        # the first byte back (the header carries its count only when done).
         tenant = request.headers.get("authorization") or body.user
         lint = asyncio.ensure_future(after_request_leaves(
             lambda: state.lint_prefix(model, data, kind, tenant)))
         try:
-            described = await state.describe(model, data, kind, session_key, request_id)
-            routed = state.router.decide(described.request)
+            route_request = await state.describe(model, data, kind, session_key, request_id)
+            decided = state.router.decide(route_request)
         except BaseException:
             lint.cancel()
             raise
-        # Prompt text never seen before is tokenized once the request has left.
-        rest = (asyncio.ensure_future(after_request_leaves(described.rest))
-                if described.rest else None)
-
-        def settled() -> Routed:
-            """The decision with the whole request, once its tokenizing is done."""
-            nonlocal routed, rest
-            if rest is not None and rest.done():
-                if not rest.cancelled() and rest.exception() is None:
-                    routed = dataclasses.replace(routed, request=rest.result())
-                rest = None
-            return routed
         headers = {"x-request-id": request_id}
         for name in ("authorization", "traceparent", "tracestate"):
             if name in request.headers:
@@ -114,33 +100,21 @@ def build_router(state: GatewayState) -> APIRouter:
         state.metrics.overhead_seconds.observe(time.perf_counter() - started)
 
         def finish(outcome: Outcome) -> None:
-            if rest is not None and not rest.done():
-                rest.cancel()  # answered before the tokenizing ran: recorded as decided
-            state.record(model, settled(), outcome, started)
+            state.record(model, decided, outcome, started)
 
         async def response_headers(replica_id: str) -> dict[str, str]:
-            # Both have usually finished by the replica's first byte; awaiting a
-            # finished task does not yield to the loop (asyncio.wait would, twice).
-            lint_warnings = await lint
-            if rest is not None and not rest.done():
-                await asyncio.wait([rest])
+            lint_warnings = lint.result() if lint.done() and not lint.cancelled() \
+                and lint.exception() is None else None
             return {
                 "x-prefixgate-replica": replica_id,
                 "x-request-id": request_id,
-                "x-prefixgate-matched-tokens": str(state.predicted_cached(settled(),
-                                                                          replica_id)),
+                "x-prefixgate-matched-tokens": str(state.predicted_cached(decided, replica_id)),
                 **({"x-prefixgate-lint": str(lint_warnings)} if lint_warnings is not None else {}),
             }
 
-        try:
-            return await state.proxy.forward(
-                request, path, forward_body, routed.decision.order, bool(body.stream), headers,
-                started, finish, response_headers)
-        finally:
-            if not lint.done():
-                lint.cancel()
-            if rest is not None and not rest.done():
-                rest.cancel()
+        return await state.proxy.forward(
+            request, path, forward_body, decided.decision.order, bool(body.stream), headers,
+            started, finish, response_headers)
 
     @router.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
@@ -168,10 +142,11 @@ def build_router(state: GatewayState) -> APIRouter:
     async def ready() -> Response:
         models = state.expected_models()
         missing = [m for m in models if not any(r.healthy for r in state.pool.serving(m))]
+        tokenizers = state.hashers.tokenizers()
         if not models or missing:
-            return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"]},
-                                status_code=503)
-        return JSONResponse({"ready": True, "models": models})
+            return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"],
+                                 "tokenizers": tokenizers}, status_code=503)
+        return JSONResponse({"ready": True, "models": models, "tokenizers": tokenizers})
 
     @router.get("/metrics")
     async def metrics() -> Response:

@@ -27,7 +27,7 @@ from policies.registry import default_registry
 from . import errors
 from .api import build_router
 from .config import Settings
-from .hashers import HasherCollector, HasherSet
+from .hashers import HasherCollector, HasherSet, TokenizerConfigError
 from .inprocess import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
@@ -113,7 +113,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,
                            default_block_size=settings.default_block_size)
-        hashers = HasherSet(settings.models)
+        hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers)])
         policy = registry.create(settings.policy, settings.policy_options)
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
@@ -123,7 +123,26 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops, lint=lint)
         ops_view = OpsView(pool, policy, ops)
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
+        ops_view.tokenizer_provider = hashers.tokenizers
         await pool.start()
+        try:
+            await hashers.discover(pool.known_models(), pool.model_root)
+        except TokenizerConfigError as exc:
+            log.error("prefixgate: %s", exc)
+            raise
+        if policy.name == "precise":
+            for model in pool.known_models():
+                if not hashers.has_tokenizer(model):
+                    log.warning("policy precise: model %s has no tokenizer, so the replicas' "
+                                "KV events cannot be matched to its prompts; its requests are "
+                                "routed on the gateway's own routing (speculative entries) and "
+                                "load only. Give --model %s --tokenizer PATH", model, model)
+
+        def new_models(replica_id: str, healthy: bool) -> None:
+            if healthy:
+                with contextlib.suppress(TokenizerConfigError):
+                    hashers.notice(list(pool.get(replica_id).models), pool.model_root)
+        pool.add_listener(new_models)
         ops_sampler = OpsSampler(pool, ops)
         ops_sampler.start()
         lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
@@ -160,6 +179,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             gc_pauses.stop()
             await ops_sampler.aclose()
             await pool.aclose()
+            await hashers.aclose()
 
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)

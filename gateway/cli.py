@@ -34,7 +34,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--replica", action="append", default=[], metavar="[ID=]URL",
                    help="a vLLM replica's base URL; repeat for several")
     p.add_argument("--model", help="served model name of the --replica replicas")
-    p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model")
+    p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
+                   "--model: for the one model the replicas serve)")
     p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
     p.add_argument("--max-body-bytes", type=int)
     p.add_argument("--log-level", help="debug, info, warning, error")
@@ -56,6 +57,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
     if args.model:
         out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
+    elif args.tokenizer:
+        out["tokenizer"] = args.tokenizer
     return out
 
 
@@ -68,7 +71,8 @@ def _with_embedded(settings: Settings, args: argparse.Namespace,
     if args.embedded_replicas:
         update["replicas"] = args.embedded_replicas
     cfg = settings.embedded.model_copy(update=update)
-    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.served_name()), None)
+    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.served_name()),
+                     None) or settings.tokenizer
     replicas, models = stack.enter_context(embedded_replicas(cfg, tokenizer))
     names = {m["name"] for m in models}
     return Settings.model_validate({

@@ -159,6 +159,9 @@ class Settings(Strict):
     policy_options: dict[str, Any] = Field(default_factory=dict)
     replicas: list[ReplicaSettings] = Field(default_factory=list)
     models: list[ModelSettings] = Field(default_factory=list)
+    tokenizer: str | None = None
+    """Tokenizer folder of the one model the replicas serve, when ``models``
+    does not name it (``--tokenizer`` without ``--model``)."""
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
@@ -181,6 +184,7 @@ _ENV_SCALARS = {
     "HOST": "host", "PORT": "port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
+    "TOKENIZER": "tokenizer",
 }
 
 

@@ -1,45 +1,64 @@
-"""One :class:`PromptHasher` per served model, built from the model settings.
+"""One :class:`PromptHasher` per served model, and which tokenizer each uses.
 
-A model with a configured tokenizer folder renders with its real chat
-template; any other model falls back to the byte renderer, which keeps the
-approximate index consistent (equal prompts, equal hashes) but does not match
-the engine's token ids — the precise policy needs the real tokenizer, and a
-warning says so.
+Models configured with a tokenizer folder are loaded at start-up. Every
+other model the replicas serve is resolved by :meth:`HasherSet.discover`
+(``gateway.tokenizer_source``: the replica's model folder, the local Hugging
+Face cache, else the byte renderer), once the pool has read the replicas'
+``/v1/models``, and again whenever a replica joins with a model not seen
+before. Loading a tokenizer takes a second or so, so it runs in a worker
+thread; until a model is resolved its requests are hashed by the byte
+renderer (they still route by prefix).
+
+What was chosen is loud: one log line per model at start-up (a warning for
+the byte renderer), ``tokenizers()`` for ``/ready`` and ``/admin/replicas``,
+and ``prefixgate_tokenizer_info{model,source}``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from engine.tokenizer import ByteRenderer, load_renderer
+from engine.tokenizer import ByteRenderer, Renderer, load_renderer
 
 from .config import ModelSettings
 from .prefix import PromptHasher
+from .tokenizer_source import TokenizerChoice, find_tokenizer
 
 log = logging.getLogger("prefixgate.hashers")
 
+RootOf = Callable[[str], "str | None"]
+"""A served model's root as a replica reports it (``ReplicaPool.model_root``)."""
+
+
+class TokenizerConfigError(ValueError):
+    """``--tokenizer`` without ``--model`` while the replicas serve several models."""
+
 
 class HasherSet:
-    def __init__(self, models: list[ModelSettings]) -> None:
+    def __init__(self, models: list[ModelSettings], default_tokenizer: str | None = None,
+                 loader: Callable[[str | None], Renderer] = load_renderer) -> None:
+        self._loader = loader
+        self._default_tokenizer = default_tokenizer
         self._hashers: dict[str, PromptHasher] = {}
+        self._choices: dict[str, TokenizerChoice] = {}
+        self._bytes = PromptHasher(ByteRenderer())
+        self._pending: dict[str, asyncio.Task[None]] = {}
         for model in models:
-            if model.name not in self._hashers:
-                self._hashers[model.name] = PromptHasher(load_renderer(model.tokenizer))
-                log.info("model %s: tokenizer %s", model.name, model.tokenizer or "byte fallback")
-        self._fallback: PromptHasher | None = None
+            if model.name in self._choices:
+                continue
+            if model.tokenizer:
+                self._adopt(model.name, find_tokenizer(model.name, model.tokenizer, None),
+                            PromptHasher(loader(model.tokenizer)))
+
+    # -- lookup --------------------------------------------------------------------
 
     def get(self, model: str) -> PromptHasher:
-        hasher = self._hashers.get(model)
-        if hasher is not None:
-            return hasher
-        if self._fallback is None:
-            log.warning("no tokenizer configured for model %s: hashing byte-level", model)
-            self._fallback = PromptHasher(ByteRenderer())
-        return self._fallback
+        return self._hashers.get(model, self._bytes)
 
     def has_tokenizer(self, model: str) -> bool:
         return model in self._hashers
@@ -47,14 +66,86 @@ class HasherSet:
     def items(self) -> list[tuple[str, PromptHasher]]:
         return list(self._hashers.items())
 
+    def choice(self, model: str) -> TokenizerChoice | None:
+        return self._choices.get(model)
+
+    def tokenizers(self) -> dict[str, dict[str, str | None]]:
+        """Per model: where its tokenizer came from (for ``/ready`` and the ops view)."""
+        return {model: {"source": c.source, "path": c.path} for model, c in self._choices.items()}
+
+    # -- discovery -------------------------------------------------------------------
+
+    async def discover(self, models: list[str], root_of: RootOf) -> None:
+        """Resolve every model in ``models`` that has no tokenizer yet, and wait for it."""
+        self.notice(models, root_of)
+        await asyncio.gather(*(asyncio.shield(t) for t in list(self._pending.values())))
+
+    def notice(self, models: list[str], root_of: RootOf) -> None:
+        """Start resolving the models in ``models`` not seen before (does not wait)."""
+        new = [m for m in dict.fromkeys(models)
+               if m not in self._choices and m not in self._pending]
+        if not new:
+            return
+        if self._default_tokenizer:
+            served = sorted(set(models) | set(self._choices))
+            if len(served) > 1:
+                raise TokenizerConfigError(
+                    f"--tokenizer {self._default_tokenizer} was given without --model, but the "
+                    f"replicas serve {len(served)} models ({', '.join(served)}): name the model "
+                    "it belongs to with --model NAME (or list models[].tokenizer in the config)")
+        for model in new:
+            task = asyncio.ensure_future(self._resolve(model, root_of(model)))
+            self._pending[model] = task
+            task.add_done_callback(self._resolved)
+
+    def _resolved(self, task: asyncio.Future[None]) -> None:
+        for model, pending in list(self._pending.items()):
+            if pending is task:
+                del self._pending[model]
+
+    async def _resolve(self, model: str, root: str | None) -> None:
+        choice = find_tokenizer(model, self._default_tokenizer, root)
+        if not choice.real:
+            self._adopt(model, choice, None)
+            return
+        try:
+            renderer = await asyncio.to_thread(self._loader, choice.path)
+        except (OSError, ValueError) as exc:
+            self._adopt(model, TokenizerChoice(
+                "bytes", None, f"loading {choice.path} failed ({type(exc).__name__}: {exc})"), None)
+            return
+        self._adopt(model, choice, PromptHasher(renderer))
+
+    def _adopt(self, model: str, choice: TokenizerChoice, hasher: PromptHasher | None) -> None:
+        self._choices[model] = choice
+        if hasher is not None:
+            self._hashers[model] = hasher
+            log.info("model %s: tokenizer from %s", model, choice.note)
+        else:
+            log.warning("model %s: no tokenizer (%s): routing by byte prefix, token counts "
+                        "estimated; give the folder with --model %s --tokenizer PATH",
+                        model, choice.note, model)
+
+    async def aclose(self) -> None:
+        pending = list(self._pending.values())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
 
 class HasherCollector(Collector):
-    """Incremental chat rendering per model, read at scrape time."""
+    """Tokenizer choice and incremental chat rendering per model, read at scrape time."""
 
     def __init__(self, hashers: HasherSet) -> None:
         self.hashers = hashers
 
     def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "prefixgate_tokenizer_info",
+            "1 per served model: where its tokenizer came from (config, replica-root, "
+            "hf-cache, or bytes when none was found).", labels=["model", "source"])
+        for model, choice in self.hashers.tokenizers().items():
+            info.add_metric([model, str(choice["source"])], 1.0)
         enabled = GaugeMetricFamily(
             "prefixgate_incremental_render_enabled",
             "1 when follow-ups are rendered from the last known turn (template verified).",
@@ -70,4 +161,4 @@ class HasherCollector(Collector):
             enabled.add_metric([model], 1.0 if memo is not None and memo.enabled else 0.0)
             renders.add_metric([model], memo.incremental if memo is not None else 0)
             failures.add_metric([model], memo.audit_failures if memo is not None else 0)
-        yield from (enabled, renders, failures)
+        yield from (info, enabled, renders, failures)

@@ -7,6 +7,8 @@
 * the policy's prefix index, when it has one: blocks the gateway believes
   each replica holds (``policy.index.size(replica)``; ``null`` for policies
   without an index, such as ``least_load``);
+* the tokenizer each replica's model is rendered with (``tokenizer_provider``:
+  ``{"source", "path"}``, see ``gateway.hashers``);
 * :class:`OpsStats`: predicted and actual prefix-cache hit rates over the
   last minute and since start, TTFT p50/p99 over the last minute, request
   counts, and the chart history.
@@ -21,7 +23,7 @@ Neither may carry prompt text: kinds, counts, models, short fixed wording.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,6 +65,8 @@ class DriftEvent:
 
 LintProvider = Callable[[], Sequence[LintFindingStat]]
 DriftProvider = Callable[[], Sequence[DriftEvent]]
+TokenizerProvider = Callable[[], Mapping[str, Mapping[str, "str | None"]]]
+"""Per model, where its tokenizer came from (``HasherSet.tokenizers``)."""
 
 
 def _none() -> Sequence[Any]:
@@ -79,11 +83,13 @@ class OpsView:
         self.started_at = wall_clock()
         self.lint_provider: LintProvider = _none
         self.drift_provider: DriftProvider = _none
+        self.tokenizer_provider: TokenizerProvider = dict
 
     def payload(self) -> dict[str, Any]:
         now = self.stats.clock()
         by_id = {s.replica_id: s for s in self.stats.stats(readings(self.pool))}
-        replicas = [self._replica(r, by_id[r.id], now) for r in self.pool]
+        tokenizers = self.tokenizer_provider()
+        replicas = [self._replica(r, by_id[r.id], now, tokenizers) for r in self.pool]
         lint = sorted(self.lint_provider(), key=lambda f: (-f.count, f.kind))
         drift = sorted(self.drift_provider(), key=lambda e: -e.at)
         wall = self.wall_clock()
@@ -114,7 +120,8 @@ class OpsView:
         value = size(replica_id)
         return value if isinstance(value, int) else None
 
-    def _replica(self, replica: Replica, stats: ReplicaStats, now: float) -> dict[str, Any]:
+    def _replica(self, replica: Replica, stats: ReplicaStats, now: float,
+                 tokenizers: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
         m = replica.metrics
         block_size = replica.block_size(self.pool.default_block_size)
         capacity = m.num_gpu_blocks
@@ -124,6 +131,8 @@ class OpsView:
             "url": replica.spec.url,
             "model": models[0] if models else None,
             "models": models,
+            "tokenizer": dict(tokenizers[models[0]]) if models and models[0] in tokenizers
+            else None,
             "kind": replica.spec.kind,
             "healthy": replica.healthy,
             "inflight": replica.inflight,

@@ -23,7 +23,10 @@ Memoization, so a warm prefix costs almost nothing:
   grows with the new messages, not with the whole chat.
 
 When the text still to tokenize is long, ``plan``/``finish`` let the caller
-run the tokenizing in a worker thread so the event loop never stalls.
+run the tokenizing in a worker thread so the event loop never stalls. The
+result is always the whole prompt's blocks, exactly as a full render and
+tokenize gives them: a routing decision over fewer blocks would miss text a
+new piece shares with earlier ones (a message that grows).
 """
 
 from __future__ import annotations
@@ -105,6 +108,9 @@ class Plan:
     """Remember the chain at this offset into the pieces' text under ``store_key``."""
     audit: Mapping[str, Any] | None = None
     """The request body, when this incremental result is to be checked."""
+    units: int = 1
+    """Token-id units per real token (the byte renderer's bytes); ``block_size``
+    above is in units, the request reports tokens."""
 
 
 class PromptHasher:
@@ -156,10 +162,11 @@ class PromptHasher:
              incremental: bool = True) -> Plan | None:
         """Render and look pieces up; None when the prompt cannot be rendered."""
         seed = chain_seed(model, body.get("cache_salt"))
+        units = self.renderer.units_per_token
         if kind == "chat" and incremental and self.conversations is not None:
             keys = self.conversations.keys(model, body, block_size)
             if keys is not None:
-                return self._plan_conversation(model, seed, body, block_size, keys)
+                return self._plan_conversation(model, seed, body, block_size * units, keys)
         try:
             if kind == "chat":
                 text, add_special = self.renderer.render_chat(body), False
@@ -169,14 +176,14 @@ class PromptHasher:
                     prompt = prompt[0]  # a batch: route by its first prompt
                 if isinstance(prompt, list):
                     return Plan(model, seed, block_size, [], [], [], 0,
-                                direct_ids=tuple(int(t) for t in prompt))
+                                direct_ids=tuple(int(t) for t in prompt))  # real token ids
                 if not isinstance(prompt, str):
                     return None
                 text, add_special = prompt, True
         except (RenderError, TypeError, ValueError) as exc:
             log.debug("cannot render for routing: %s", exc)
             return None
-        return self._plan_text(model, seed, block_size, text, add_special)
+        return self._plan_text(model, seed, block_size * units, text, add_special)
 
     def _plan_conversation(self, model: str, seed: int, body: Mapping[str, Any],
                            block_size: int, keys: Keys) -> Plan | None:
@@ -217,7 +224,7 @@ class PromptHasher:
                 missing.append(index)
                 missing_chars += len(piece)
         return Plan(model, seed, block_size, pieces, ids, missing, missing_chars,
-                    add_special_tokens=add_special)
+                    add_special_tokens=add_special, units=self.renderer.units_per_token)
 
     def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
         """The CPU-heavy part; touches no shared state, so it may run in a thread."""
@@ -241,27 +248,11 @@ class PromptHasher:
         hashes, total, turn = self._chain_pieces(plan, len(plan.pieces))
         if turn is not None and self.conversations is not None:
             self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1)
-        result = RouteRequest(plan.model, hashes, total, plan.block_size, session_key, request_id)
+        result = RouteRequest(plan.model, hashes, -(-total // plan.units),
+                              plan.block_size // plan.units, session_key, request_id)
         if plan.audit is not None:
             self._audits.append((plan.model, plan.audit, plan.block_size, result))
         return result
-
-    def finish_known(self, plan: Plan, session_key: str | None = None,
-                     request_id: str = "") -> RouteRequest:
-        """The blocks of the pieces before the first one still to tokenize.
-
-        For a policy that only knows what the gateway itself routed: text never
-        tokenized here cannot be in its index, so the decision over the known
-        blocks is the decision over all of them, and tokenizing the rest can
-        wait until the request has left (``finish`` then gives the whole
-        request). ``prompt_tokens`` is an estimate until then (4 characters a
-        token for the rest).
-        """
-        known = plan.missing[0] if plan.missing else len(plan.pieces)
-        hashes, total, _ = self._chain_pieces(plan, known)
-        estimate = total + plan.missing_chars // 4 + (1 if plan.missing else 0)
-        return RouteRequest(plan.model, hashes, estimate, plan.block_size, session_key,
-                            request_id)
 
     def _chain_pieces(self, plan: Plan, count: int) -> tuple[tuple[int, ...], int, Turn | None]:
         """Block hashes and tokens of the first ``count`` pieces (after ``plan.base``),
@@ -294,8 +285,12 @@ class PromptHasher:
     # -- checking the incremental path ------------------------------------------------
 
     @property
-    def audits_pending(self) -> bool:
+    def work_pending(self) -> bool:
+        """Audits left to run off the request's path (``run_pending``)."""
         return bool(self._audits)
+
+    def run_pending(self) -> int:
+        return self.run_audits()
 
     def run_audits(self) -> int:
         """Re-derive sampled incremental results from a full render; returns how many ran.

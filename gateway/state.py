@@ -12,8 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -33,14 +32,6 @@ log = logging.getLogger("prefixgate.access")
 
 OFFLOAD_CHARS = 8192
 """Text still to tokenize above which the work goes to a worker thread."""
-
-
-@dataclass(slots=True)
-class Described:
-    request: RouteRequest
-    """Enough to decide; the whole request once ``rest`` has run."""
-    rest: Callable[[], Awaitable[RouteRequest]] | None = None
-    """Tokenizing still to do after the decision (see ``GatewayState.describe``)."""
 
 
 class GatewayState:
@@ -63,36 +54,34 @@ class GatewayState:
         return list(dict.fromkeys(configured)) or self.pool.known_models()
 
     async def describe(self, model: str, body: Mapping[str, Any], kind: str,
-                       session_key: str | None, request_id: str) -> Described:
-        """What routing needs to know of a request.
+                       session_key: str | None, request_id: str) -> RouteRequest:
+        """What routing needs to know of a request: its whole prompt's blocks.
 
-        With a policy that only knows the gateway's own routing, text never
-        tokenized before is tokenized after the decision (``rest``): it cannot
-        change it, and a cold prompt then costs its request no tokenizing
-        before it leaves.
+        The decision always sees every full block of the prompt, exactly as a
+        full render and tokenize would give them: text shared with earlier
+        requests can sit inside a piece never seen whole (a message that
+        grows, a document with a new question appended), so no piece may be
+        left out. Pieces tokenized before are memoized; a new piece reuses
+        the tokens of the known piece it shares leading text with; what is
+        left to tokenize goes to a worker thread when it is long, so the loop
+        never stalls on it.
         """
         block_size = self.router.block_size(model)
         if not self.router.policy.uses_prefix:
-            return Described(RouteRequest(model, (), 0, block_size, session_key, request_id))
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
         hasher = self.hashers.get(model)
         plan = hasher.plan(model, body, kind, block_size)
         if plan is None:
-            return Described(RouteRequest(model, (), 0, block_size, session_key, request_id))
-
-        async def whole() -> RouteRequest:
-            assert plan is not None
-            if plan.missing_chars > OFFLOAD_CHARS:
-                tokenized = await asyncio.to_thread(hasher.tokenize_missing, plan)
-            else:
-                tokenized = hasher.tokenize_missing(plan)
-            request = hasher.finish(plan, tokenized, session_key, request_id)
-            if hasher.audits_pending:
-                asyncio.get_running_loop().call_soon(hasher.run_audits)
-            return request
-
-        if plan.missing and plan.direct_ids is None and self.router.policy.knows_only_own_routing:
-            return Described(hasher.finish_known(plan, session_key, request_id), whole)
-        return Described(await whole())
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
+        if plan.missing_chars > OFFLOAD_CHARS:
+            tokenized = await asyncio.to_thread(hasher.tokenize_missing, plan)
+        else:
+            tokenized = hasher.tokenize_missing(plan)
+        request = hasher.finish(plan, tokenized, session_key, request_id)
+        if hasher.work_pending:
+            # Audits and learning, after the request has left (see api.after_request_leaves).
+            asyncio.get_running_loop().call_soon(hasher.run_pending)
+        return request
 
     async def lint_prefix(self, model: str, body: Mapping[str, Any], kind: str,
                           tenant: str | None) -> int | None:

@@ -20,10 +20,6 @@ class Policy(Protocol):
     name: str
     uses_prefix: bool
     """False for load-only policies: the gateway then skips rendering and hashing."""
-    knows_only_own_routing: bool
-    """True when every block the policy can match was routed by this gateway, so
-    text the gateway never tokenized cannot match: it may decide before that text
-    is tokenized (``gateway.prefix.PromptHasher.finish_known``)."""
 
     def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:
         """Choose a replica. Raises :class:`NoReplicaAvailable` when none is healthy."""

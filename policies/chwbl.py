@@ -78,7 +78,6 @@ def load_bound(total_load: int, replica_count: int, load_factor: float) -> int:
 class Chwbl:
     name = "chwbl"
     uses_prefix = True
-    knows_only_own_routing = False
 
     def __init__(self, config: ChwblConfig | None = None) -> None:
         self.config = config or ChwblConfig()

@@ -26,7 +26,6 @@ class LeastLoadConfig:
 class LeastLoad:
     name = "least_load"
     uses_prefix = False
-    knows_only_own_routing = False
 
     def __init__(self, config: LeastLoadConfig | None = None) -> None:
         self.config = config or LeastLoadConfig()

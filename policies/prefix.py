@@ -48,7 +48,6 @@ class PrefixConfig(ScoringConfig):
 class PrefixPolicy:
     name = "prefix"
     uses_prefix = True
-    knows_only_own_routing = True
 
     def __init__(self, config: PrefixConfig | None = None, *, clock: Callable[[], float]) -> None:
         self.config = config or PrefixConfig()

@@ -26,7 +26,6 @@ class RoundRobinConfig:
 class RoundRobin:
     name = "round_robin"
     uses_prefix = False
-    knows_only_own_routing = False
 
     def __init__(self, config: RoundRobinConfig | None = None) -> None:
         self.config = config or RoundRobinConfig()

@@ -96,17 +96,22 @@ class LintService:
             linter = self._linters.get(model)
         if linter is not None:
             return linter
-        folder = self.folders.get(model)
+        folder = self.folder(model)
         encoder = HFEncoder(folder) if folder else ByteEncoder()
         linter = Linter(model, self.hashers.get(model).renderer, TokenMap(encoder),
                         self.template(model), self.detector, self.probe, self.clock)
         with self._lock:
             return self._linters.setdefault(model, linter)
 
+    def folder(self, model: str) -> str | None:
+        """The model's tokenizer folder: configured, or as the gateway discovered it."""
+        choice = self.hashers.choice(model)
+        return choice.path if choice is not None else self.folders.get(model)
+
     def template(self, model: str) -> TemplateSource:
         source = self._templates.get(model)
         if source is None:
-            source = read_template(self.folders.get(model))
+            source = read_template(self.folder(model))
             self._templates[model] = source
         return source
 

@@ -141,21 +141,18 @@ def test_audit_turns_the_incremental_path_off_when_it_disagrees(
     assert list(described.block_hashes) == expected_hashes(renderer, body, 16)[0]
 
 
-def test_known_blocks_are_a_prefix_of_the_whole_request(qwen: HFRenderer) -> None:
-    """A policy of the gateway's own routing decides on the blocks before any new text."""
+def test_a_message_that_grows_keeps_its_known_blocks(qwen: HFRenderer) -> None:
+    """A new piece that extends a known one: the decision sees the shared blocks."""
     hasher = PromptHasher(qwen)
-    system = {"role": "system", "content": "house rules " * 200}
-    hasher.describe("m", {"messages": [system, {"role": "user", "content": "warm-up"}]},
-                    "chat", 16)
-    body = {"messages": [system, {"role": "user", "content": "a question never seen " * 30}]}
-    plan = hasher.plan("m", body, "chat", 16)
-    assert plan is not None and plan.missing  # the new question is still to tokenize
-    known = hasher.finish_known(plan)
+    first = {"messages": [{"role": "user", "content": "the story so far " * 120}]}
+    hasher.describe("m", first, "chat", 16)
+    grown = {"messages": [{"role": "user", "content": first["messages"][0]["content"]
+                           + " and then something new happened " * 20}]}
+    plan = hasher.plan("m", grown, "chat", 16)
+    assert plan is not None and plan.missing  # the grown message is a piece never seen
     whole = hasher.finish(plan, hasher.tokenize_missing(plan))
-    assert whole.block_hashes[:len(known.block_hashes)] == known.block_hashes
-    # the system prompt's full blocks are all known before the question is tokenized
-    system_tokens = len(qwen.text_token_ids("<|im_start|>system\n" + system["content"],
-                                            add_special_tokens=False))
-    assert len(known.block_hashes) >= system_tokens // 16 - 1
-    assert known.prompt_tokens >= whole.prompt_tokens * 0.5  # an estimate until then
-    assert list(whole.block_hashes) == expected_hashes(qwen, body, 16)[0]
+    assert list(whole.block_hashes) == expected_hashes(qwen, grown, 16)[0]
+    before = hasher.describe("m", first, "chat", 16).block_hashes
+    shared = next((i for i, (a, b) in enumerate(zip(before, whole.block_hashes)) if a != b),
+                  len(before))
+    assert shared >= len(before) - 2  # all but the blocks at the old message's end
