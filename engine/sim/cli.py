@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Hugging Face tokenizer folder (default: byte-level tokens)",
     )
+    add("--model-root", default=None,
+        help="the model path /v1/models reports as root (default: the tokenizer folder)")
     add("--block-size", type=int, default=_DEFAULTS.block_size)
     add("--num-blocks", type=int, default=_DEFAULTS.num_blocks, help="KV-cache capacity in blocks")
     add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
@@ -94,6 +96,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         port=args.port,
         served_model_name=args.served_model_name,
         tokenizer=args.tokenizer,
+        model_root=args.model_root,
         block_size=args.block_size,
         num_blocks=args.num_blocks,
         max_model_len=args.max_model_len,

@@ -32,6 +32,10 @@ class SimConfig:
     port: int = 8000
     served_model_name: str = "sim-model"
     tokenizer: str | None = None
+    model_root: str | None = None
+    """What ``/v1/models`` reports as ``root`` (vLLM: the model's path or hub
+    name); default the tokenizer folder. A path that does not exist on the
+    gateway's host stands for a replica on another machine."""
     """A Hugging Face tokenizer folder; ``None`` selects the byte-level fallback."""
 
     block_size: int = 16
@@ -98,4 +102,4 @@ class SimConfig:
     @property
     def model_path(self) -> str:
         """What vLLM would report as the model's path (``root`` in /v1/models)."""
-        return self.tokenizer or self.served_model_name
+        return self.model_root or self.tokenizer or self.served_model_name
