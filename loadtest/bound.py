@@ -2,11 +2,13 @@
 
 Every prompt a run actually sent (with its send time) is rendered and
 tokenized with the same tokenizer and chat template the simulated replicas
-use (:mod:`engine.tokenizer`), cut into the replicas' KV blocks and replayed,
-in send order, through ONE cache whose capacity is the sum of the replicas'
-capacities. No router can place requests better than a single cache that
-big (up to second-order effects of concurrency), so ``hit rate / bound``
-says how much of the reachable cache benefit a router got.
+use (:mod:`engine.tokenizer`; a chat request with its ``tools``, a
+completions ``prompt`` as plain text with special tokens, as vLLM does), cut
+into the replicas' KV blocks and replayed, in send order, through ONE cache
+whose capacity is the sum of the replicas' capacities. No router can place
+requests better than a single cache that big (up to second-order effects of
+concurrency), so ``hit rate / bound`` says how much of the reachable cache
+benefit a router got.
 
 The cache model is ``policies.simulate.ideal_bound`` (an LRU of block hashes,
 a request's blocks touched last-to-first) when that module is present; else
@@ -17,9 +19,10 @@ one request at a time. Both count hit tokens over prompt tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from engine.sim.cache import PrefixCache
-from engine.tokenizer import load_renderer
+from engine.tokenizer import Renderer, load_renderer
 from policies.hashing import block_hashes, chain_seed
 from policies.types import RouteRequest
 
@@ -67,12 +70,21 @@ def _bound_with_sim_cache(prompts: Sequence[tuple[float, list[int]]], capacity_b
     return hits / queries if queries else 0.0
 
 
+def prompt_token_ids(renderer: Renderer, prompt: SentPrompt) -> list[int]:
+    """The tokens a replica computes for one sent prompt."""
+    if prompt.prompt is not None:
+        return renderer.text_token_ids(prompt.prompt)
+    request: dict[str, Any] = {"messages": list(prompt.messages)}
+    if prompt.tools:
+        request["tools"] = list(prompt.tools)
+    return renderer.chat_token_ids(request)
+
+
 def ideal_hit_rate(sent: Sequence[SentPrompt], tokenizer: str | None, capacity_blocks: int,
                    block_size: int, model: str) -> tuple[float, str]:
     """(bound, which cache model computed it)."""
     renderer = load_renderer(tokenizer)
-    prompts = [(p.sent_at, renderer.chat_token_ids({"messages": list(p.messages)}))
-               for p in sent]
+    prompts = [(p.sent_at, prompt_token_ids(renderer, p)) for p in sent]
     if _ideal_bound is not None:
         return (_bound_with_policies(prompts, capacity_blocks, block_size, model),
                 "policies.simulate.ideal_bound")

@@ -1,9 +1,12 @@
-"""One streamed chat request through the official ``openai`` client, measured.
+"""One streamed chat or completions request through the official ``openai`` client, measured.
 
-The request is sent with ``stream=True`` and ``stream_options={"include_usage":
-True}`` through ``with_raw_response`` so the response headers (the
-``x-prefixgate-replica`` that names the replica a gateway chose) are read
-before the stream is consumed. Times come from the injected monotonic clock:
+A call with a ``prompt`` goes to ``/v1/completions`` (``completions.create``),
+its text read from ``choices[0].text``; any other call goes to
+``/v1/chat/completions`` with its ``messages`` (and ``tools``), its text read
+from ``choices[0].delta.content``. Either is sent with ``stream=True`` and
+``stream_options={"include_usage": True}`` through ``with_raw_response`` so
+the response headers (the ``x-prefixgate-replica`` that names the replica a
+gateway chose) are read before the stream is consumed. Times come from the injected monotonic clock:
 
 * ``ttft``: send to the first chunk carrying content text;
 * ``e2e``: send to the end of the stream;
@@ -63,9 +66,28 @@ class ChatCall:
     conversation: str
     group: str
     turn: int
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
     max_tokens: int
     ignore_eos: bool
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | None = None
+    prompt: str | None = None
+    """Set: a completions request with this text (``messages`` unused)."""
+
+    @property
+    def completions(self) -> bool:
+        return self.prompt is not None
+
+    def body(self, model: str) -> dict[str, Any]:
+        """The request body's content fields (no streaming or sampling options)."""
+        if self.prompt is not None:
+            return {"model": model, "prompt": self.prompt}
+        body: dict[str, Any] = {"model": model, "messages": list(self.messages)}
+        if self.tools:
+            body["tools"] = list(self.tools)
+        if self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +115,7 @@ async def stream_chat(
     clock: Callable[[], float],
     run_start: float,
 ) -> ChatOutcome:
-    """Send one streamed chat request and measure it; never raises for server errors."""
+    """Send one streamed request and measure it; never raises for server errors."""
     extra: dict[str, Any] = {"ignore_eos": True} if call.ignore_eos else {}
     start = clock()
     first: float | None = None
@@ -103,9 +125,9 @@ async def stream_chat(
     replica: str | None = None
     error: str | None = None
     try:
-        raw = await client.chat.completions.with_raw_response.create(  # type: ignore[call-overload]
-            model=model,
-            messages=list(call.messages),  # type: ignore[arg-type]
+        api = client.completions if call.completions else client.chat.completions
+        raw = await api.with_raw_response.create(  # type: ignore[call-overload]
+            **call.body(model),
             max_tokens=call.max_tokens,
             stream=True,
             stream_options={"include_usage": True},
@@ -117,7 +139,8 @@ async def stream_chat(
         stream = await parsed if inspect.isawaitable(parsed) else parsed
         async for chunk in stream:
             if chunk.choices:
-                text = chunk.choices[0].delta.content
+                choice = chunk.choices[0]
+                text = choice.text if call.completions else choice.delta.content
                 if text:
                     if first is None:
                         first = clock()

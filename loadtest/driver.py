@@ -7,9 +7,11 @@ when non-zero, caps requests in flight (a semaphore around each request).
 
 Within a conversation turns are strictly sequential: turn ``k + 1`` is built
 from the system prompt, every earlier user turn and the real answer text the
-server streamed back, and is sent only after that answer has arrived. A
-failed turn ends its conversation (the remaining turns are counted as
-``abandoned``: their prompt would depend on an answer that never came).
+server streamed back (or, as the conversation says, one flattened message or
+its scripted messages: :mod:`.transcript`), and is sent only after that
+answer has arrived. A failed turn ends its conversation (the remaining
+turns are counted as ``abandoned``: their prompt would depend on an answer
+that never came).
 
 The run is bounded: past ``max_duration`` seconds no new request is sent
 (those are counted as ``unsent``), requests in flight finish or hit the
@@ -25,19 +27,28 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import openai
 
 from .client import ChatCall, RequestRecord, stream_chat
 from .progress import Progress
 from .raw_client import RawChatClient
+from .transcript import Transcript
 from .workloads.base import Conversation, Workload
 
 
 @dataclass(frozen=True, slots=True)
 class SentPrompt:
     sent_at: float
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    prompt: str | None = None
+    """A completions request's text (``messages`` is then empty)."""
+
+    @classmethod
+    def of(cls, sent_at: float, call: ChatCall) -> SentPrompt:
+        return cls(sent_at, call.messages, call.tools, call.prompt)
 
 
 @dataclass(frozen=True)
@@ -88,26 +99,21 @@ class _Run:
     def expired(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline
 
-    def _system_message(self, conversation: Conversation) -> list[dict[str, str]]:
-        if conversation.system is None:
-            return []
-        text = conversation.system
-        if conversation.system_clock:
-            text = clock_line(self.wall_clock()) + "\n" + text
-        return [{"role": "system", "content": text}]
+    def _system_text(self, conversation: Conversation) -> str | None:
+        if conversation.system is None or not conversation.system_clock:
+            return conversation.system
+        return clock_line(self.wall_clock()) + "\n" + conversation.system
 
     async def conversation(self, conversation: Conversation) -> None:
-        history: list[dict[str, str]] = []
+        transcript = Transcript(conversation)
         for index, turn in enumerate(conversation.turns):
             if self.expired():
                 self.unsent += len(conversation.turns) - index
                 return
-            user = {"role": "user", "content": turn.user}
             async with self.limiter():
-                messages = tuple(self._system_message(conversation) + history + [user])
-                call = ChatCall(conversation.id, conversation.group, index, messages,
-                                turn.max_tokens, self.workload.ignore_eos)
-                self.prompts.append(SentPrompt(self.clock() - self.start, messages))
+                call = transcript.call(index, turn, self._system_text(conversation),
+                                       self.workload.ignore_eos)
+                self.prompts.append(SentPrompt.of(self.clock() - self.start, call))
                 if self.progress:
                     self.progress.inflight += 1
                 if isinstance(self.client, RawChatClient):
@@ -124,7 +130,7 @@ class _Run:
             if outcome.record.error is not None:
                 self.abandoned += len(conversation.turns) - index - 1
                 return
-            history += [user, {"role": "assistant", "content": outcome.answer}]
+            transcript.answered(outcome.answer)
 
     async def closed_loop(self) -> None:
         queue = list(reversed(self.workload.conversations))

@@ -55,7 +55,7 @@ class RunLimits:
     sample_period: float = 0.5
     raw_client: bool = False
     """Drive with the lean client (``.raw_client``) instead of the official one;
-    single-turn workloads only."""
+    not for workloads whose prompts hold earlier answers."""
 
 
 def openai_client(target: Target, limits: RunLimits) -> openai.AsyncOpenAI:
@@ -78,8 +78,9 @@ async def measure(
         before = await scrape_all(scraper, urls) if urls else {}
         client: openai.AsyncOpenAI | RawChatClient
         if limits.raw_client:
-            if any(len(c.turns) > 1 for c in workload.conversations):
-                raise ValueError("the lean client keeps no answers: single-turn workloads only")
+            if any(c.needs_answers for c in workload.conversations):
+                raise ValueError("the lean client keeps no answers: no workload whose "
+                                 "prompts hold earlier answers")
             client = RawChatClient(target.base_url, target.api_key, limits.request_timeout)
         else:
             client = openai_client(target, limits)

@@ -1,4 +1,4 @@
-"""A lean streaming chat client for latency benchmarks (aiohttp, no models).
+"""A lean streaming chat and completions client for benchmarks (aiohttp, no models).
 
 The official ``openai`` client builds a pydantic object per streamed chunk;
 on a 2-core machine that makes the load generator the bottleneck long before
@@ -7,7 +7,8 @@ sends the same request body the official client sends for
 ``chat.completions.create(stream=True, stream_options={"include_usage":
 True})`` and reads the SSE lines itself: a line is decoded only until the
 first content text is seen and for the final usage chunk, so timing and
-token counts mean the same as in :mod:`.client` at a fraction of the CPU.
+token counts mean the same as in :mod:`.client` at a fraction of the CPU. A
+call with a ``prompt`` goes to ``/v1/completions`` (text in ``choices[0].text``).
 It is a measuring instrument, not a way to talk to prefixgate: every test
 that checks the gateway uses the official client.
 """
@@ -27,6 +28,7 @@ from .client import REPLICA_HEADER, ChatCall, ChatOutcome, measured
 class RawChatClient:
     def __init__(self, base_url: str, api_key: str, timeout: float) -> None:
         self.url = base_url.rstrip("/") + "/v1/chat/completions"
+        self.completions_url = base_url.rstrip("/") + "/v1/completions"
         self.headers = {"authorization": f"Bearer {api_key}",
                         "content-type": "application/json"}
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -44,9 +46,9 @@ class RawChatClient:
 
     async def stream_chat(self, model: str, call: ChatCall, clock: Callable[[], float],
                           run_start: float) -> ChatOutcome:
-        body: dict[str, Any] = {"model": model, "messages": list(call.messages),
-                                "max_tokens": call.max_tokens, "stream": True,
-                                "stream_options": {"include_usage": True}}
+        body: dict[str, Any] = {**call.body(model), "max_tokens": call.max_tokens,
+                                "stream": True, "stream_options": {"include_usage": True}}
+        url = self.completions_url if call.completions else self.url
         if call.ignore_eos:
             body["ignore_eos"] = True
         payload = orjson.dumps(body)
@@ -61,7 +63,7 @@ class RawChatClient:
         usage: dict[str, Any] | None = None
         replica = error = None
         try:
-            async with self._client().post(self.url, data=payload, headers=headers) as resp:
+            async with self._client().post(url, data=payload, headers=headers) as resp:
                 replica = resp.headers.get(REPLICA_HEADER)
                 if resp.status != 200:
                     error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -96,5 +98,7 @@ def _text(chunk: dict[str, Any]) -> str:
     choices = chunk.get("choices") or ()
     if not choices:
         return ""
+    if "text" in choices[0]:  # a completions chunk
+        return choices[0].get("text") or ""
     delta = choices[0].get("delta") or {}
     return delta.get("content") or ""

@@ -8,6 +8,25 @@ system prompt and one or more user turns; the load generator sends turn
 the answer to turn ``k`` arrived. Single-shot workloads (shared-prefix,
 mooncake) are conversations of one turn.
 
+How a turn's request is built is the conversation's choice (built by
+:mod:`loadtest.transcript`):
+
+* ``history="messages"`` (default): the earlier user turns and the real
+  answers as chat messages, as above;
+* ``history="flattened"``: ONE user message that grows: turn ``k``'s message
+  is turn ``k - 1``'s message text, the real answer to it and the new
+  ``user`` text, joined by blank lines (the Mooncake shape: each request's
+  single message extends an earlier request's text);
+* ``history="scripted"``: each turn brings its own ``script`` of messages
+  (a user task, an assistant ``tool_calls`` message, a ``tool`` result ...),
+  the history is the scripts so far, and the real answers are dropped (what
+  an agent framework resends around a tool loop; no answer is needed).
+
+``endpoint="completions"`` sends the text to ``/v1/completions`` as a
+``prompt`` (the system text, a blank line, then the user text, flattened
+across turns) instead of chat ``messages``. ``tools`` (OpenAI ``tools``
+JSON) and ``tool_choice`` go with every chat request of the conversation.
+
 Pacing:
 
 * ``closed``: ``concurrency`` workers each take the next conversation as
@@ -26,17 +45,24 @@ and not text so that the workload itself stays deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 PacingMode = Literal["closed", "poisson", "trace"]
+History = Literal["messages", "flattened", "scripted"]
+Endpoint = Literal["chat", "completions"]
 
 
 @dataclass(frozen=True, slots=True)
 class Turn:
     user: str
+    """The new user text (unused by a ``scripted`` conversation)."""
     max_tokens: int
+    script: tuple[dict[str, Any], ...] = ()
+    """``scripted`` conversations only: the messages this turn adds, sent as
+    given (read-only); the last one ends the request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +75,31 @@ class Conversation:
     arrival: float = 0.0
     """Seconds after the start of the run (open loop only)."""
     system_clock: bool = False
+    history: History = "messages"
+    endpoint: Endpoint = "chat"
+    tools: tuple[dict[str, Any], ...] = ()
+    """OpenAI ``tools`` definitions sent with every request (read-only)."""
+    tool_choice: str | None = None
+    """Sent with the tools when set (``"none"`` keeps tools in the prompt on
+    any vLLM server; ``"auto"`` needs one started with a tool-call parser)."""
+
+    def __post_init__(self) -> None:
+        scripted = [bool(turn.script) for turn in self.turns]
+        if self.history == "scripted" and not all(scripted):
+            raise ValueError(f"{self.id}: every turn of a scripted conversation needs a script")
+        if self.history != "scripted" and any(scripted):
+            raise ValueError(f"{self.id}: only a scripted conversation has turn scripts")
+        if self.endpoint == "completions":
+            if self.history == "scripted" or self.tools:
+                raise ValueError(f"{self.id}: a completions conversation has no scripts or tools")
+            if self.history == "messages" and len(self.turns) > 1:
+                raise ValueError(f"{self.id}: a multi-turn completions conversation needs "
+                                 "flattened history")
+
+    @property
+    def needs_answers(self) -> bool:
+        """Whether a later turn's prompt holds an earlier answer's text."""
+        return len(self.turns) > 1 and self.history != "scripted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +172,4 @@ def paced(conversations: list[Conversation], pacing: Pacing, seed: int) -> tuple
         return tuple(conversations)
     assert pacing.rate is not None
     times = poisson_arrivals(len(conversations), pacing.rate, random.Random(f"arrivals-{seed}"))
-    return tuple(
-        Conversation(c.id, c.group, c.turns, c.system, at, c.system_clock)
-        for c, at in zip(conversations, times)
-    )
+    return tuple(dataclasses.replace(c, arrival=at) for c, at in zip(conversations, times))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import mooncake, multi_turn, shared_prefix
+from . import agent, flattened, mooncake, multi_turn, rag, shared_prefix, shared_prefix_completions
 from .base import Workload
 
 
@@ -37,6 +37,15 @@ def workload_specs() -> dict[str, WorkloadSpec]:
         WorkloadSpec("dynamic-prefix", shared_prefix.SharedPrefixParams,
                      shared_prefix.build_dynamic,
                      "shared-prefix with the current time at the start of the system prompt"),
+        WorkloadSpec("shared-prefix-completions", shared_prefix.SharedPrefixParams,
+                     shared_prefix_completions.build,
+                     "shared-prefix sent to /v1/completions as text prompts"),
+        WorkloadSpec("rag", rag.RagParams, rag.build,
+                     "long shared documents, each request one message: document + question"),
+        WorkloadSpec("flattened", flattened.FlattenedParams, flattened.build,
+                     "conversations sent as ONE user message that grows each turn"),
+        WorkloadSpec("agent", agent.AgentParams, agent.build,
+                     "tool-call loops: system + tools, scripted tool calls, ending on results"),
     ]
     return {spec.name: spec for spec in specs}
 
