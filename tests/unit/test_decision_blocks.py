@@ -92,7 +92,8 @@ def reference(renderer: Renderer, kind: str, body: dict[str, Any]) -> tuple[list
 
 def check_stream(renderer: Renderer, groups: list[list[tuple[str, dict[str, Any]]]]) -> None:
     stream = [request for group in groups for request in group]
-    hasher = PromptHasher(renderer)
+    # Small reuse steps, so that the prompts of a short stream exercise piece reuse.
+    hasher = PromptHasher(renderer, reuse_step=16, reuse_min_chars=48)
     index = ApproximatePrefixIndex(ttl_seconds=1e9, default_capacity_blocks=1 << 20)
     for step, (kind, body) in enumerate(stream):
         routed = hasher.describe("m", body, kind, BLOCK)
@@ -101,7 +102,8 @@ def check_stream(renderer: Renderer, groups: list[list[tuple[str, dict[str, Any]
         assert routed.prompt_tokens == tokens
         assert index.match(routed.block_hashes, 0.0) == index.match(tuple(hashes), 0.0)
         index.record(f"r{step % 3}", routed.block_hashes, 0.0)
-    hasher.run_audits()
+        hasher.run_pending()  # learning and audits, as the gateway runs them between requests
+    assert hasher.reuse_audit_failures == 0
     memo = hasher.conversations
     assert memo is None or memo.audit_failures == 0
 
