@@ -63,7 +63,7 @@ def requests(draw: st.DrawFn) -> list[tuple[str, dict[str, Any]]]:
         for n in range(calls):
             messages.append({"role": "assistant", "content": "", "tool_calls": [{
                 "id": f"c{n}", "type": "function",
-                "function": {"name": "lookup", "arguments": '{"q": %d}' % n}}]})
+                "function": {"name": "lookup", "arguments": f'{{"q": {n}}}'}}]})
             messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": draw(text)})
         body = {"messages": messages, "tools": TOOLS}
     elif shape == "text":
