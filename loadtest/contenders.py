@@ -9,6 +9,10 @@ Contender names are ``kind:variant``:
   (``kv_events: {endpoint, replay_endpoint, topic}``); when the gateway's
   settings have no such key, or the sims publish no events, the contender is
   reported unavailable;
+* ``prefixgate-bytes:<policy>[?...]``: the same gateway given no tokenizer, as a
+  user who passes only ``--replica`` URLs; with replicas whose ``/v1/models``
+  root is not a local folder (``--replica-args "--model-root /elsewhere"``)
+  it falls back to the byte renderer, which the row then measures;
 * ``vllm-router:<policy>`` and ``sglang-router:<policy>``: the peers (see
   :mod:`.peers`), installed on first use; ``vllm-router:kv_aware`` is fed the
   sims' KV events like ``prefixgate:precise``;
@@ -69,9 +73,11 @@ class ContenderSpec:
     @classmethod
     def parse(cls, text: str) -> ContenderSpec:
         kind, sep, variant = text.partition(":")
-        if not sep or kind not in ("prefixgate", "vllm-router", "sglang-router", "direct"):
+        if not sep or kind not in ("prefixgate", "prefixgate-bytes", "vllm-router",
+                                   "sglang-router", "direct"):
             raise ValueError(f"bad contender {text!r}: expected prefixgate:POLICY, "
-                             "vllm-router:POLICY, sglang-router:POLICY or direct:sim0")
+                             "prefixgate-bytes:POLICY, vllm-router:POLICY, "
+                             "sglang-router:POLICY or direct:sim0")
         return cls(kind, variant)
 
 
@@ -121,7 +127,8 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
         entries.append(entry)
     port = free_port()
     settings: dict[str, object] = {"host": "127.0.0.1", "port": port, "replicas": entries,
-                                   "models": [{"name": model, "tokenizer": tokenizer}],
+                                   "models": [{"name": model, "tokenizer": tokenizer}
+                                              if tokenizer else {"name": model}],
                                    "log_level": "warning"}
     policy, _, query = spec.variant.partition("?")
     if policy != "default":
@@ -188,6 +195,8 @@ def launch(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
             return matching[0].url
         if spec.kind == "prefixgate":
             return _gateway(spec, replicas, model, tokenizer, group, log_dir)
+        if spec.kind == "prefixgate-bytes":
+            return _gateway(spec, replicas, model, None, group, log_dir)
         return _peer(spec, replicas, model, group, log_dir)
     except StartError as exc:
         raise ContenderUnavailable(str(exc)) from None
