@@ -10,27 +10,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from .errors import BodyTooLarge, InvalidRequest, ModelNotFound
+from .exchange import Exchange, Route
 from .jsonresp import JSONResponse
-from .proxy import Outcome
-from .schemas import ChatBody, CompletionBody, Sampling, parse_json, validate
+from .schemas import ChatBody, CompletionBody
 from .state import GatewayState
 
 log = logging.getLogger("prefixgate.access")
-
-T = TypeVar("T")
-
 
 async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
@@ -44,18 +37,6 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
-    """``work()``, begun one turn of the event loop late.
-
-    Sending a request body, aiohttp on Python 3.11 queues a task of its own
-    that writes it (3.12+ starts it eagerly). Work queued by the handler
-    before it sends would run first and hold the request back; started from
-    here it runs after the write.
-    """
-    await asyncio.sleep(0)
-    return await work()
 
 
 def resolve_model(state: GatewayState, requested: str | None) -> str:
@@ -72,57 +53,31 @@ def resolve_model(state: GatewayState, requested: str | None) -> str:
 def build_router(state: GatewayState) -> APIRouter:
     router = APIRouter()
 
-    async def routed(request: Request, kind: str, path: str,
-                     schema: type[Sampling]) -> Response:
-        started = time.perf_counter()
+    async def routed(request: Request, route: Route) -> Response:
+        """read -> parse -> describe -> decide -> forward (which records)."""
+        exchange = Exchange(request, route)
         raw = await read_body(request, state.settings.max_body_bytes)
-        data = parse_json(raw)
-        body = validate(schema, data)
-        model = resolve_model(state, body.model)
-        request_id = request.headers.get("x-request-id") or uuid.uuid4().hex
-        session_key = request.headers.get("x-session-id") or body.user
-        # The prompt lint observes the request once it has left; it never holds
-        # the first byte back (the header carries its count only when done).
-        tenant = request.headers.get("authorization") or body.user
-        lint = asyncio.ensure_future(after_request_leaves(
-            lambda: state.lint_prefix(model, data, kind, tenant)))
+        exchange.set_model(resolve_model(state, exchange.parse(raw)))
+        state.observe_lint(exchange)
         try:
-            route_request = await state.describe(model, data, kind, session_key, request_id)
-            decided = state.router.decide(route_request)
+            exchange.request = await state.describe(exchange)
+            exchange.decision = state.router.decide(exchange.request)
         except BaseException:
-            lint.cancel()
+            if exchange.lint is not None:
+                exchange.lint.cancel()
             raise
-        headers = {"x-request-id": request_id}
-        for name in ("authorization", "traceparent", "tracestate"):
-            if name in request.headers:
-                headers[name] = request.headers[name]
-        forward_body = raw if body.model else state.with_model(data, model)
-        state.metrics.overhead_seconds.observe(time.perf_counter() - started)
+        return await state.proxy.forward(exchange)
 
-        def finish(outcome: Outcome) -> None:
-            state.record(model, decided, outcome, started)
+    chat = Route("chat", "/v1/chat/completions", ChatBody)
+    completion = Route("completions", "/v1/completions", CompletionBody)
 
-        async def response_headers(replica_id: str) -> dict[str, str]:
-            lint_warnings = lint.result() if lint.done() and not lint.cancelled() \
-                and lint.exception() is None else None
-            return {
-                "x-prefixgate-replica": replica_id,
-                "x-request-id": request_id,
-                "x-prefixgate-matched-tokens": str(state.predicted_cached(decided, replica_id)),
-                **({"x-prefixgate-lint": str(lint_warnings)} if lint_warnings is not None else {}),
-            }
-
-        return await state.proxy.forward(
-            request, path, forward_body, decided.decision.order, bool(body.stream), headers,
-            started, finish, response_headers)
-
-    @router.post("/v1/chat/completions")
+    @router.post(chat.path)
     async def chat_completions(request: Request) -> Response:
-        return await routed(request, "chat", "/v1/chat/completions", ChatBody)
+        return await routed(request, chat)
 
-    @router.post("/v1/completions")
+    @router.post(completion.path)
     async def completions(request: Request) -> Response:
-        return await routed(request, "completions", "/v1/completions", CompletionBody)
+        return await routed(request, completion)
 
     @router.get("/v1/models")
     async def models() -> Response:

@@ -40,6 +40,7 @@ from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
 from .ops_view import OpsView
 from .proxy import Proxy
+from .recorder import Recorder
 from .routing import Router
 from .state import GatewayState
 from .streaming import RAW_SEND
@@ -89,9 +90,9 @@ class GatewayApp(FastAPI):
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
-    registry = default_registry(clock=time.monotonic)
-    # Fail at start-up, not on the first request, when the policy is wrong.
-    registry.create(settings.policy, settings.policy_options)
+    # Built here so that a wrong policy or option fails at start-up, not on a request.
+    policy = default_registry(clock=time.monotonic).create(settings.policy,
+                                                           settings.policy_options)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -115,10 +116,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                            default_block_size=settings.default_block_size)
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers)])
-        policy = registry.create(settings.policy, settings.policy_options)
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
-        proxy = Proxy(pool, metrics, settings.max_attempts)
         ops = OpsStats()
+        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops).record)
         lint = LintService(hashers, settings.models, metrics)
         state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops, lint=lint)
         ops_view = OpsView(pool, policy, ops)

@@ -18,8 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -29,79 +28,60 @@ from engine.errors import EngineError, ReplicaTimeout
 from engine.pool import ReplicaPool
 
 from .errors import UpstreamFailed, UpstreamTimeout
+from .exchange import Exchange
 from .metrics import GatewayMetrics
 from .streaming import RelayStream, wait_disconnect
-from .usage import StreamObserver, Usage, usage_from_json
+from .usage import StreamObserver, usage_from_json
 
 log = logging.getLogger("prefixgate.proxy")
 
 _PASS_RESPONSE_HEADERS = ("content-type",)
 
 
-@dataclass(slots=True)
-class Outcome:
-    """What happened to one request, for metrics and the request log."""
-
-    replica_id: str = ""
-    status: int = 0
-    attempts: int = 0
-    ttft: float | None = None
-    usage: Usage | None = None
-    output_tokens: int = 0
-    error: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
-
-
-Finish = Callable[[Outcome], None]
+Record = Callable[[Exchange], None]
+"""Called once per exchange when it is over (``gateway.recorder.Recorder.record``)."""
 
 
 class Proxy:
     def __init__(self, pool: ReplicaPool, metrics: GatewayMetrics, max_attempts: int,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 record: Record, clock: Callable[[], float] = time.perf_counter) -> None:
         self.pool = pool
         self.metrics = metrics
         self.max_attempts = max_attempts
+        self.record = record
         self.clock = clock
 
-    async def forward(
-        self,
-        request: Request,
-        path: str,
-        body: bytes,
-        order: tuple[str, ...],
-        stream: bool,
-        headers: Mapping[str, str],
-        started: float,
-        on_finish: Finish,
-        response_headers: Callable[[str], Awaitable[dict[str, str]]],
-    ) -> Response | RelayStream:
-        outcome = Outcome()
+    async def forward(self, exchange: Exchange) -> Response | RelayStream:
+        """Send the exchange to the replicas of its decision, in order, until one answers."""
+        assert exchange.decision is not None
+        outcome = exchange.outcome
         last_error: EngineError | None = None
-        before_forward = self.clock() - started
-        for replica_id in order[: self.max_attempts]:
+        path, body, headers = exchange.route.path, exchange.forward_body, exchange.forward_headers
+        before_forward = self.clock() - exchange.started
+        self.metrics.overhead_seconds.observe(before_forward)
+        for replica_id in exchange.decision.order[: self.max_attempts]:
             outcome.attempts += 1
             stack = contextlib.ExitStack()
             stack.enter_context(self.pool.lease(replica_id))
             try:
                 upstream = await self.pool.get(replica_id).backend.send(path, body, headers)
-                if stream and upstream.status_code == 200:
+                if exchange.stream and upstream.status_code == 200:
                     first = await self._first_chunk(upstream)
                     received = self.clock()
-                    outcome.ttft = received - started
-                    ours = await response_headers(replica_id)
+                    outcome.ttft = received - exchange.started
 
-                    def first_sent() -> None:
+                    def first_sent(received: float = received) -> None:
                         self.metrics.added_ttft_seconds.observe(
                             before_forward + self.clock() - received)
 
-                    return self._relay(upstream, first, replica_id, outcome, stack, on_finish,
-                                       self._headers(upstream, ours), first_sent)
-                payload = await self._read_all(request, upstream)
+                    return self._relay(upstream, first, replica_id, exchange, stack,
+                                       self._headers(upstream, exchange, replica_id), first_sent)
+                payload = await self._read_all(exchange.client, upstream)
                 if payload is None:
                     stack.close()
                     outcome.replica_id, outcome.status = replica_id, 499
                     outcome.error = "client disconnected"
-                    on_finish(outcome)
+                    self.record(exchange)
                     return Response(status_code=499)
             except EngineError as exc:
                 stack.close()
@@ -119,9 +99,9 @@ class Proxy:
             if upstream.status_code == 200:
                 outcome.usage = usage_from_json(payload)
                 outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
-            on_finish(outcome)
+            self.record(exchange)
             return Response(payload, status_code=upstream.status_code,
-                            headers=self._headers(upstream, await response_headers(replica_id)))
+                            headers=self._headers(upstream, exchange, replica_id))
         message = last_error.detail if last_error else "no replica could be tried"
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
@@ -155,9 +135,10 @@ class Proxy:
                 reader.cancel()
 
     def _relay(self, upstream: UpstreamResponse, first: bytes, replica_id: str,
-               outcome: Outcome, stack: contextlib.ExitStack, on_finish: Finish,
+               exchange: Exchange, stack: contextlib.ExitStack,
                headers: dict[str, str], first_sent: Callable[[], None]) -> RelayStream:
         observer = StreamObserver()
+        outcome = exchange.outcome
         outcome.replica_id = replica_id
         outcome.status = upstream.status_code
 
@@ -174,13 +155,14 @@ class Proxy:
                     self.pool.report_failure(replica_id, error.detail)
                 elif error is not None:
                     outcome.error = "client disconnected"
-                on_finish(outcome)
+                self.record(exchange)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
                            observer.feed, finish, first_sent)
 
     @staticmethod
-    def _headers(upstream: UpstreamResponse, ours: dict[str, str]) -> dict[str, str]:
+    def _headers(upstream: UpstreamResponse, exchange: Exchange,
+                 replica_id: str) -> dict[str, str]:
         out = {k: v for k, v in upstream.headers.items() if k.lower() in _PASS_RESPONSE_HEADERS}
-        out.update(ours)
+        out.update(exchange.response_headers(replica_id))
         return out

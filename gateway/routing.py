@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from engine.pool import ReplicaPool
 from policies.base import Policy
@@ -17,13 +16,6 @@ from policies.types import Decision, NoReplicaAvailable, RouteRequest
 
 from .errors import NoHealthyReplica
 from .metrics import GatewayMetrics
-
-
-@dataclass(frozen=True, slots=True)
-class Routed:
-    request: RouteRequest
-    decision: Decision
-    decision_seconds: float
 
 
 class Router:
@@ -42,7 +34,7 @@ class Router:
                  for r in self.pool.serving(model) if r.healthy]
         return min(sizes) if sizes else self.pool.default_block_size
 
-    def decide(self, route_request: RouteRequest) -> Routed:
+    def decide(self, route_request: RouteRequest) -> Decision:
         snapshot = self.pool.snapshot(route_request.model)
         if not any(view.healthy for view in snapshot):
             raise NoHealthyReplica(
@@ -57,14 +49,14 @@ class Router:
         elapsed = self.clock() - start
         self.metrics.decision_seconds.labels(self.policy.name).observe(elapsed)
         self.metrics.decisions.labels(self.policy.name, decision.reason).inc()
-        return Routed(route_request, decision, elapsed)
+        return decision
 
-    def observe(self, routed: Routed, replica_id: str) -> None:
-        decision = routed.decision
+    def observe(self, request: RouteRequest, decision: Decision, replica_id: str) -> None:
+        """Let the policy learn from a request that ``replica_id`` answered."""
         if replica_id != decision.replica_id:
             decision = Decision(replica_id=replica_id, reason="failover",
                                 matched_blocks=decision.matched_blocks)
-        self.policy.observe(routed.request, decision)
+        self.policy.observe(request, decision)
 
     def _on_health(self, replica_id: str, healthy: bool) -> None:
         if not healthy:

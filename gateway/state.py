@@ -1,37 +1,48 @@
 """Everything one gateway instance holds, wired by ``create_app``.
 
 No module globals: the app owns one ``GatewayState``; routes reach it through
-the closure that built them. ``describe`` reduces a request to what routing
-needs (the prefix module plugs its renderer and hasher in here) and moves
-heavy prompt work off the event loop; ``record`` turns a finished request
-into metrics, policy learning and one access-log line.
+the closure that built them. ``describe`` reduces an exchange's request to
+what routing needs (its KV blocks, from the model's ``PromptHasher``) and
+moves heavy prompt work off the event loop; ``observe_lint`` hands the
+request to the prompt linter once it has left. Recording a finished
+exchange is ``gateway.recorder``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Mapping
-from typing import Any
-
-import orjson
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from engine.pool import ReplicaPool
 from policies.types import RouteRequest
 
 from .config import Settings
+from .exchange import Exchange
 from .hashers import HasherSet
 from .lint.service import LintService
 from .metrics import GatewayMetrics
 from .ops_stats import OpsStats
-from .proxy import Outcome, Proxy
-from .routing import Routed, Router
+from .proxy import Proxy
+from .routing import Router
 
-log = logging.getLogger("prefixgate.access")
+T = TypeVar("T")
 
 OFFLOAD_CHARS = 8192
 """Text still to tokenize above which the work goes to a worker thread."""
+
+
+async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
+    """``work()``, begun one turn of the event loop late.
+
+    Sending a request body, aiohttp on Python 3.11 queues a task of its own
+    that writes it (3.12+ starts it eagerly). Work queued by the handler
+    before it sends would run first and hold the request back; started from
+    here it runs after the write.
+    """
+    await asyncio.sleep(0)
+    return await work()
 
 
 class GatewayState:
@@ -53,8 +64,7 @@ class GatewayState:
         configured += [r.model for r in self.settings.replicas if r.model]
         return list(dict.fromkeys(configured)) or self.pool.known_models()
 
-    async def describe(self, model: str, body: Mapping[str, Any], kind: str,
-                       session_key: str | None, request_id: str) -> RouteRequest:
+    async def describe(self, exchange: Exchange) -> RouteRequest:
         """What routing needs to know of a request: its whole prompt's blocks.
 
         The decision always sees every full block of the prompt, exactly as a
@@ -66,6 +76,8 @@ class GatewayState:
         left to tokenize goes to a worker thread when it is long, so the loop
         never stalls on it.
         """
+        model, body, kind = exchange.model, exchange.data, exchange.route.kind
+        session_key, request_id = exchange.session_key, exchange.request_id
         block_size = self.router.block_size(model)
         if not self.router.policy.uses_prefix:
             return RouteRequest(model, (), 0, block_size, session_key, request_id)
@@ -79,63 +91,14 @@ class GatewayState:
             tokenized = hasher.tokenize_missing(plan)
         request = hasher.finish(plan, tokenized, session_key, request_id)
         if hasher.work_pending:
-            # Audits and learning, after the request has left (see api.after_request_leaves).
+            # Learning and audits, after the request has left.
             asyncio.get_running_loop().call_soon(hasher.run_pending)
         return request
 
-    async def lint_prefix(self, model: str, body: Mapping[str, Any], kind: str,
-                          tenant: str | None) -> int | None:
-        """Warnings in a chat request's stable prefix (the prompt linter); None when off."""
-        if self.lint is None or kind != "chat":
-            return None
-        return await self.lint.check(model, body, tenant)
-
-    @staticmethod
-    def with_model(data: dict[str, Any], model: str) -> bytes:
-        return orjson.dumps({**data, "model": model})
-
-    @staticmethod
-    def predicted_cached(routed: Routed, replica_id: str) -> int:
-        blocks = routed.decision.matched_blocks.get(replica_id, 0)
-        request = routed.request
-        # vLLM always recomputes the prompt's last token, so a fully cached
-        # prompt hits one block less than it holds.
-        reusable = (max(request.prompt_tokens - 1, 0) // request.block_size) * request.block_size
-        return min(blocks * request.block_size, reusable)
-
-    def record(self, model: str, routed: Routed, outcome: Outcome, started: float) -> None:
-        m = self.metrics
-        replica = outcome.replica_id or "none"
-        m.requests.labels(model, replica, str(outcome.status)).inc()
-        elapsed = time.perf_counter() - started
-        if outcome.status == 200 and outcome.replica_id:
-            self.router.observe(routed, outcome.replica_id)
-            m.request_seconds.labels(replica).observe(elapsed)
-            predicted = self.predicted_cached(routed, replica)
-            m.prompt_tokens.labels(replica).inc(routed.request.prompt_tokens)
-            m.predicted_cached_tokens.labels(replica).inc(predicted)
-            if outcome.ttft is not None:
-                m.ttft_seconds.labels(replica).observe(outcome.ttft)
-                if outcome.output_tokens > 1:
-                    m.tpot_seconds.labels(replica).observe(
-                        (elapsed - outcome.ttft) / (outcome.output_tokens - 1))
-            if outcome.usage is not None:
-                m.usage_prompt_tokens.labels(replica).inc(outcome.usage.prompt_tokens)
-                m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
-                if outcome.usage.cached_tokens is not None:
-                    m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
-        if outcome.replica_id:
-            self.ops.record(outcome.replica_id, routed.request.prompt_tokens,
-                            self.predicted_cached(routed, replica), outcome.ttft,
-                            ok=outcome.status == 200)
-        if log.isEnabledFor(logging.INFO):
-            log.info(orjson.dumps({
-                "request_id": routed.request.request_id, "model": model, "replica": replica,
-                "policy": self.router.policy.name, "reason": routed.decision.reason,
-                "status": outcome.status, "attempts": outcome.attempts,
-                "prompt_tokens": routed.request.prompt_tokens,
-                "matched_tokens": self.predicted_cached(routed, replica),
-                "cached_tokens": outcome.usage.cached_tokens if outcome.usage else None,
-                "ttft_s": round(outcome.ttft, 4) if outcome.ttft is not None else None,
-                "total_s": round(elapsed, 4), "error": outcome.error,
-            }).decode())
+    def observe_lint(self, exchange: Exchange) -> None:
+        """Lint a chat request's stable prefix once the request has left (never awaited)."""
+        if self.lint is None or exchange.route.kind != "chat":
+            return
+        lint = self.lint
+        exchange.lint = asyncio.ensure_future(after_request_leaves(
+            lambda: lint.check(exchange.model, exchange.data, exchange.tenant)))

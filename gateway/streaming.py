@@ -26,7 +26,6 @@ from engine.errors import EngineError
 
 from .errors import error_body
 
-
 RAW_SEND = "prefixgate.send"
 """Scope key of the server's unwrapped ``send`` (set by ``gateway.app.GatewayApp``)."""
 

@@ -1,0 +1,124 @@
+"""One routed request, from the bytes the client sent to what it was answered.
+
+An :class:`Exchange` is created by the route handler and filled in as the
+request moves through the gateway, in this order::
+
+    read      raw body (size-limited)                          api.read_body
+    parse     JSON, edge validation, model, ids, forward body  Exchange.parse
+    describe  the prompt's KV blocks (RouteRequest)             GatewayState.describe
+    decide    the policy's Decision                            Router.decide
+    forward   lease, send, failover, relay (Outcome)           Proxy.forward
+    record    metrics, policy learning, access log             GatewayState.record
+
+Each step reads what the earlier ones wrote and adds its own part; nothing
+calls back into the handler. The prompt linter observes the exchange once
+the request has left (``lint``), and never holds the answer back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from policies.types import Decision, RouteRequest
+
+from .schemas import Sampling, parse_json, validate
+from .usage import Usage
+
+FORWARDED_REQUEST_HEADERS = ("authorization", "traceparent", "tracestate")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What a routed endpoint is: its kind of prompt, path and body schema."""
+
+    kind: str
+    """``chat`` or ``completions``: how the prompt is rendered."""
+    path: str
+    schema: type[Sampling]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What happened to one request, for metrics and the request log."""
+
+    replica_id: str = ""
+    status: int = 0
+    attempts: int = 0
+    ttft: float | None = None
+    usage: Usage | None = None
+    output_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Exchange:
+    client: Request
+    route: Route
+    started: float = field(default_factory=time.perf_counter)
+    data: dict[str, Any] = field(default_factory=dict)
+    """The parsed JSON body, as the client sent it."""
+    body: Sampling | None = None
+    model: str = ""
+    request_id: str = ""
+    session_key: str | None = None
+    tenant: str | None = None
+    """Who the linter groups the request with: the client's key or ``user``."""
+    forward_body: bytes = b""
+    forward_headers: dict[str, str] = field(default_factory=dict)
+    request: RouteRequest | None = None
+    decision: Decision | None = None
+    lint: asyncio.Future[int | None] | None = None
+    outcome: Outcome = field(default_factory=Outcome)
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body is not None and self.body.stream)
+
+    def parse(self, raw: bytes) -> str | None:
+        """Parse and validate the body; returns the model the client asked for."""
+        self.data = parse_json(raw)
+        self.body = validate(self.route.schema, self.data)
+        headers = self.client.headers
+        self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
+        self.session_key = headers.get("x-session-id") or self.body.user
+        self.tenant = headers.get("authorization") or self.body.user
+        self.forward_body = raw
+        self.forward_headers = {"x-request-id": self.request_id}
+        for name in FORWARDED_REQUEST_HEADERS:
+            if name in headers:
+                self.forward_headers[name] = headers[name]
+        return self.body.model
+
+    def set_model(self, model: str) -> None:
+        """The model the request is routed for (filled in when the client left it out)."""
+        self.model = model
+        if self.body is not None and not self.body.model:
+            self.forward_body = orjson.dumps({**self.data, "model": model})
+
+    def predicted_cached(self, replica_id: str) -> int:
+        """Prompt tokens the decision expected ``replica_id`` to hold."""
+        if self.request is None or self.decision is None:
+            return 0
+        blocks = self.decision.matched_blocks.get(replica_id, 0)
+        request = self.request
+        # vLLM always recomputes the prompt's last token, so a fully cached
+        # prompt hits one block less than it holds.
+        reusable = (max(request.prompt_tokens - 1, 0) // request.block_size) * request.block_size
+        return min(blocks * request.block_size, reusable)
+
+    def response_headers(self, replica_id: str) -> dict[str, str]:
+        """The gateway's own headers on the answer from ``replica_id``."""
+        headers = {"x-prefixgate-replica": replica_id, "x-request-id": self.request_id,
+                   "x-prefixgate-matched-tokens": str(self.predicted_cached(replica_id))}
+        lint = self.lint
+        if lint is not None and lint.done() and not lint.cancelled() and \
+                lint.exception() is None and lint.result() is not None:
+            headers["x-prefixgate-lint"] = str(lint.result())
+        return headers
