@@ -26,7 +26,7 @@ class Timeouts:
     """Seconds until the response starts (a non-streaming reply arrives whole)."""
     idle: float = 120.0
     """Seconds allowed between two chunks of a streaming response."""
-    probe: float = 2.0
+    probe: float = 5.0
     """Seconds for health checks and metric scrapes."""
 
 

@@ -28,10 +28,6 @@ class ReplicaUnavailable(EngineError):
 class ReplicaTimeout(EngineError):
     """The replica did not answer in time."""
 
-    def __init__(self, replica_id: str, message: str, before_first_byte: bool) -> None:
-        super().__init__(replica_id, message)
-        self.before_first_byte = before_first_byte
-
 
 class ReplicaStreamBroken(EngineError):
     """The response broke off after the first byte reached the client."""

@@ -49,8 +49,8 @@ class HttpxBackend:
             async with asyncio.timeout(self.timeouts.first_byte):
                 response = await self._client.send(request, stream=True)
         except TimeoutError:
-            raise ReplicaTimeout(self.replica_id, "no response before the first-byte timeout",
-                                 before_first_byte=True) from None
+            raise ReplicaTimeout(self.replica_id,
+                                     "no response before the first-byte timeout") from None
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                 httpx.ReadError, httpx.WriteError, httpx.PoolTimeout) as exc:
             raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
@@ -70,8 +70,7 @@ class HttpxBackend:
             except StopAsyncIteration:
                 return
             except TimeoutError:
-                raise ReplicaTimeout(self.replica_id, "stream idle for too long",
-                                     before_first_byte=False) from None
+                raise ReplicaTimeout(self.replica_id, "stream idle for too long") from None
             except httpx.HTTPError as exc:
                 raise ReplicaStreamBroken(self.replica_id, f"{type(exc).__name__}: {exc}") from None
             if chunk:

@@ -36,6 +36,9 @@ log = logging.getLogger("prefixgate.pool")
 
 HealthListener = Callable[[str, bool], None]
 
+FAIL_THRESHOLD = 2
+"""Failed probes in a row before a replica leaves rotation (the settings' default)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaSpec:
@@ -96,7 +99,7 @@ class ReplicaPool:
         self,
         replicas: Sequence[tuple[ReplicaSpec, Backend]],
         health_interval: float = 1.0,
-        fail_threshold: int = 1,
+        fail_threshold: int = FAIL_THRESHOLD,
         models_every: int = 10,
         default_block_size: int = 16,
         clock: Callable[[], float] = time.monotonic,

@@ -61,8 +61,8 @@ class RemoteBackend:
                     response = await self._client().post(url, data=body, headers=out)
                 break
             except TimeoutError:
-                raise ReplicaTimeout(self.replica_id, "no response before the first-byte timeout",
-                                     before_first_byte=True) from None
+                raise ReplicaTimeout(self.replica_id,
+                                     "no response before the first-byte timeout") from None
             except aiohttp.ClientConnectorError as exc:
                 raise ReplicaUnavailable(self.replica_id, f"cannot connect: {exc}") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -95,7 +95,7 @@ class RemoteBackend:
             started = waiting_since[0]
             if started and loop.time() - started >= idle:
                 content.set_exception(ReplicaTimeout(
-                    self.replica_id, "stream idle for too long", before_first_byte=False))
+                    self.replica_id, "stream idle for too long"))
                 return
             timer = loop.call_at((started or loop.time()) + idle, check)
 

@@ -22,6 +22,11 @@ from pydantic import (
     model_validator,
 )
 
+from engine.backend import Timeouts
+from engine.pool import FAIL_THRESHOLD
+
+_TIMEOUTS = Timeouts()
+
 
 class ConfigError(ValueError):
     """Settings could not be loaded; the message says which key and why."""
@@ -32,10 +37,12 @@ class Strict(BaseModel):
 
 
 class TimeoutSettings(Strict):
-    connect: float = Field(5.0, gt=0)
-    first_byte: float = Field(600.0, gt=0)
-    idle: float = Field(120.0, gt=0)
-    probe: float = Field(5.0, gt=0)
+    """Per replica; the defaults are ``engine.backend.Timeouts``'."""
+
+    connect: float = Field(_TIMEOUTS.connect, gt=0)
+    first_byte: float = Field(_TIMEOUTS.first_byte, gt=0)
+    idle: float = Field(_TIMEOUTS.idle, gt=0)
+    probe: float = Field(_TIMEOUTS.probe, gt=0)
 
 
 class KVEventSettings(Strict):
@@ -168,7 +175,7 @@ class Settings(Strict):
     max_attempts: int = Field(3, ge=1)
     """Replicas tried for one request before the first byte (failover)."""
     health_interval: float = Field(1.0, gt=0)
-    fail_threshold: int = Field(2, ge=1)
+    fail_threshold: int = Field(FAIL_THRESHOLD, ge=1)
     """Failed probes in a row before a replica leaves rotation (a refused
     connection on the request path takes it out at once)."""
     default_block_size: int = Field(16, gt=0)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .jsonresp import JSONResponse
@@ -100,14 +99,6 @@ def install(app: FastAPI) -> None:
         assert isinstance(exc, GatewayError)
         return error_response(exc)
 
-    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, RequestValidationError)
-        first = exc.errors()[0] if exc.errors() else {}
-        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
-        param = ".".join(loc) or None
-        message = f"{param}: {first.get('msg', 'invalid')}" if param else str(first.get("msg"))
-        return error_response(InvalidRequest(message, param=param))
-
     async def on_http(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         status = 400 if exc.status_code == 422 else exc.status_code
@@ -124,6 +115,5 @@ def install(app: FastAPI) -> None:
         )
 
     app.add_exception_handler(GatewayError, on_gateway_error)
-    app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)

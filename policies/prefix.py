@@ -14,7 +14,7 @@ the capacity bound.
 
 Capacities: ``pick`` notes each replica's ``ReplicaView.block_capacity`` and
 ``observe`` resizes the index to it, so a pool that reports capacity needs no
-extra wiring. :meth:`PrefixPolicy.set_capacity` does the same explicitly.
+extra wiring.
 
 Parameters: every option of :class:`ScoringConfig` (see
 :mod:`policies.scoring`: ``scorer`` = ``"cost"``, cost weights, threshold
@@ -97,9 +97,6 @@ class PrefixPolicy:
         self.index.record(replica_id, request.block_hashes, now)
         if self.config.session_affinity and request.session_key is not None:
             self.sessions.remember(request.session_key, replica_id, now)
-
-    def set_capacity(self, replica_id: str, blocks: int) -> None:
-        self.index.set_capacity(replica_id, blocks)
 
     def forget_replica(self, replica_id: str) -> None:
         self.index.clear(replica_id)

@@ -145,9 +145,8 @@ def estimated_ttft(
     prompt_tokens = prompt_token_count(request)
     cached_tokens = min(prompt_tokens, matched_blocks * request.block_size)
     prefill = (prompt_tokens - cached_tokens) * config.prefill_seconds_per_token
-    waiting = replica.waiting
-    running = max(replica.inflight, replica.running + waiting) - waiting
-    queue = running * config.running_request_seconds + waiting * config.waiting_request_seconds
+    queue = (replica.running_load * config.running_request_seconds
+             + replica.waiting * config.waiting_request_seconds)
     headroom = 1.0 - config.kv_pressure_threshold
     pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
     return queue + prefill + pressure * config.kv_pressure_seconds

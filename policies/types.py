@@ -32,8 +32,15 @@ class ReplicaView:
 
     @property
     def load(self) -> int:
-        """Outstanding work: what the gateway has in flight or the engine queued."""
-        return max(self.inflight, self.running) + self.waiting
+        """Outstanding requests: the gateway's in flight, or what the engine runs and
+        queues when that is more (other clients). The gateway's in-flight requests
+        include the ones the engine queues, so they are not added twice."""
+        return max(self.inflight, self.running + self.waiting)
+
+    @property
+    def running_load(self) -> int:
+        """Outstanding requests other than the engine's queue (``load - waiting``)."""
+        return self.load - self.waiting
 
 
 @dataclass(frozen=True, slots=True)
