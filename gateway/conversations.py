@@ -4,12 +4,12 @@ A chat template re-renders the whole conversation on every request, so the
 cost of routing a 40-turn chat grows with all 40 turns even when the gateway
 saw the first 38 on the previous request. This module keeps, per conversation
 prefix that ended on a user message, where the KV block chain stood after it
-(:class:`Turn`), and renders a follow-up request from that point on:
+(:class:`KnownTurn`), and renders a follow-up request from that point on:
 
 * Keys. Each message is serialized (``orjson``, sorted keys) and the keys
   chain: ``key[i] = xxh3(key[i-1] + message[i-1])``, seeded with what else
   changes the rendering (model, block size, ``cache_salt``, tools, template
-  kwargs, ...). The longest prefix with a :class:`Turn` wins.
+  kwargs, ...). The longest prefix with a :class:`KnownTurn` wins.
 * The delta. The template renders a short conversation: a placeholder user
   message ``p`` (standing for the turn's last message) followed by the new
   messages, ``B = T([p] + new)``; the text ``A = T([p])`` (no generation
@@ -61,7 +61,7 @@ PLACEHOLDER = {"role": "user", "content": "."}
 
 
 @dataclass(slots=True)
-class Turn:
+class KnownTurn:
     """The block chain right after a conversation prefix that ended on a user message."""
 
     parent: int
@@ -74,7 +74,7 @@ class Turn:
 class Delta:
     """What a follow-up request adds after a known turn."""
 
-    turn: Turn
+    turn: KnownTurn
     text: str
     store_offset: int | None
     """Where in ``text`` the follow-up's own messages end (before the generation prompt)."""
@@ -93,7 +93,7 @@ class ConversationMemo:
         self._render = render
         self._split = split
         self.turns = turns
-        """An LRU of prefix key -> :class:`Turn`, weighed in blocks."""
+        """An LRU of prefix key -> :class:`KnownTurn`, weighed in blocks."""
         self._generation: dict[bytes, str | None] = {}
         self._anchors: dict[tuple[bytes, int], str | None] = {}
         self.keep_system = False

@@ -50,7 +50,7 @@ class LintFindingStat:
 
 
 @dataclass(frozen=True, slots=True)
-class DriftEvent:
+class DriftNotice:
     """A stable prefix (system prompt, tool list) changed under a model."""
 
     at: float
@@ -64,7 +64,7 @@ class DriftEvent:
 
 
 LintProvider = Callable[[], Sequence[LintFindingStat]]
-DriftProvider = Callable[[], Sequence[DriftEvent]]
+DriftProvider = Callable[[], Sequence[DriftNotice]]
 TokenizerProvider = Callable[[], Mapping[str, Mapping[str, "str | None"]]]
 """Per model, where its tokenizer came from (``HasherSet.tokenizers``)."""
 

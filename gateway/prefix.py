@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from engine.tokenizer import Renderer, RenderError
-from gateway.conversations import ConversationMemo, Keys, Turn
+from gateway.conversations import ConversationMemo, Keys, KnownTurn
 from gateway.piece_reuse import Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
 from policies.types import RouteRequest
@@ -112,7 +112,7 @@ class Plan:
     """Completions prompts get the tokenizer's special tokens (BOS), chats do not."""
     direct_ids: tuple[int, ...] | None = None
     """A completions prompt given as token ids needs no tokenizing."""
-    base: Turn | None = None
+    base: KnownTurn | None = None
     """The known conversation turn the pieces continue (incremental rendering)."""
     store_key: int | None = None
     store_offset: int | None = None
@@ -315,7 +315,7 @@ class PromptHasher:
             self._audits.append((plan.model, plan.audit, plan.block_size, result))
         return result
 
-    def _chain_pieces(self, plan: Plan, count: int) -> tuple[tuple[int, ...], int, Turn | None]:
+    def _chain_pieces(self, plan: Plan, count: int) -> tuple[tuple[int, ...], int, KnownTurn | None]:
         """Block hashes and tokens of the first ``count`` pieces (after ``plan.base``),
         and the turn to remember at ``plan.store_offset`` when it is reached."""
         base = plan.base
@@ -331,7 +331,7 @@ class PromptHasher:
         for piece, ids in zip(plan.pieces[:count], plan.token_ids[:count]):
             assert ids is not None
             if offset == plan.store_offset:
-                turn = Turn(*state, before + tuple(hashes), total)
+                turn = KnownTurn(*state, before + tuple(hashes), total)
             total += len(ids)
             offset += len(piece)
             key = (state, piece)

@@ -22,7 +22,7 @@ from typing import Any
 
 from engine.tokenizer import Renderer, load_renderer
 from policies.hashing import block_hashes, chain_seed
-from policies.simulate import SimReplica, SimRequest, ideal_bound
+from policies.simulate import ReplayReplica, SimRequest, ideal_bound
 from policies.types import RouteRequest
 
 from .driver import SentPrompt
@@ -37,7 +37,7 @@ def _bound(prompts: Sequence[tuple[float, list[int]]], capacity_blocks: int,
             prompt_tokens=len(tokens), block_size=block_size))
         for at, tokens in prompts
     ]
-    return float(ideal_bound(stream, [SimReplica("ideal", capacity_blocks)]))
+    return float(ideal_bound(stream, [ReplayReplica("ideal", capacity_blocks)]))
 
 
 def prompt_token_ids(renderer: Renderer, prompt: SentPrompt) -> list[int]:

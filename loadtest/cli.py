@@ -26,7 +26,7 @@ import httpx
 from .compare import compare_command
 from .loop import run
 from .machine import machine_info
-from .measure import RunLimits, Target, measure
+from .measure import RunLimits, RunTarget, measure
 from .overhead import overhead_command
 from .plots import write_plots
 from .report import write_outputs
@@ -132,7 +132,7 @@ async def _first_model(target: str) -> str:
 def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     workload = build_workload(args.workload, workload_overrides(args))
     model = args.model or asyncio.run(_first_model(args.target))
-    target = Target(args.label or args.target, args.target, model)
+    target = RunTarget(args.label or args.target, args.target, model)
     measured = run(lambda: measure(workload, target, args.replica_metrics, _limits(args)))
     result = ContenderResult(target.label, run=measured)
     meta = {

@@ -36,7 +36,7 @@ from .contenders import ContenderSpec, ContenderUnavailable, all_contenders, lau
 from .fleet import Fleet, SimFleet, StartedFleet, parse_replicas
 from .loop import loop_name, run
 from .machine import machine_info
-from .measure import MeasuredRun, RunLimits, Target, measure
+from .measure import MeasuredRun, RunLimits, RunTarget, measure
 from .plots import write_plots
 from .processes import ServiceGroup
 from .report import write_outputs
@@ -93,7 +93,7 @@ def _one(spec: ContenderSpec, workload: Workload, fleet: StartedFleet, model: st
         except ContenderUnavailable as exc:
             return ContenderResult.failed(spec.name, str(exc))
         measured: MeasuredRun = run(lambda: measure(
-            workload, Target(spec.name, url, model), [r.url for r in replicas], limits))
+            workload, RunTarget(spec.name, url, model), [r.url for r in replicas], limits))
         note = ""
         failed = [r for r in measured.drive.records if r.error]
         if failed:

@@ -29,7 +29,7 @@ from .workloads.base import Workload
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class RunTarget:
     label: str
     base_url: str
     """Server root, e.g. ``http://127.0.0.1:8000`` (``/v1`` is appended)."""
@@ -58,7 +58,7 @@ class RunLimits:
     not for workloads whose prompts hold earlier answers."""
 
 
-def openai_client(target: Target, limits: RunLimits) -> openai.AsyncOpenAI:
+def openai_client(target: RunTarget, limits: RunLimits) -> openai.AsyncOpenAI:
     # The client's own connection pool (1000 connections, 100 kept alive) is
     # enough for the concurrencies used here; no retries: a failure is a result.
     return openai.AsyncOpenAI(base_url=target.base_url.rstrip("/") + "/v1", api_key=target.api_key,
@@ -67,7 +67,7 @@ def openai_client(target: Target, limits: RunLimits) -> openai.AsyncOpenAI:
 
 async def measure(
     workload: Workload,
-    target: Target,
+    target: RunTarget,
     replica_urls: Sequence[str],
     limits: RunLimits = RunLimits(),
     progress_stream: TextIO | None = None,

@@ -70,7 +70,7 @@ from .driver import DriveResult
 from .histogram import beyond_buckets, delta, quantile, scrape_histograms
 from .loop import loop_name, run
 from .machine import machine_info
-from .measure import MeasuredRun, RunLimits, Target, measure
+from .measure import MeasuredRun, RunLimits, RunTarget, measure
 from .plots import ttft_cdf
 from .processes import Service, ServiceGroup, free_port
 from .results import ContenderResult
@@ -405,7 +405,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 cpu_before = process_cpu_seconds(pids[name]) if name in pids else 0.0
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
-                measured = run(partial(measure, workload, Target(name, url, fleet.model), [],
+                measured = run(partial(measure, workload, RunTarget(name, url, fleet.model), [],
                                        limits))
                 if round_index > 0:
                     runs[name].append(measured)

@@ -66,7 +66,7 @@ class SimRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class SimReplica:
+class ReplayReplica:
     id: str
     block_capacity: int
     max_running: int = 64
@@ -80,7 +80,7 @@ class SimSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class ReplicaStats:
+class ReplayStats:
     requests: int
     hit_tokens: int
     query_tokens: int
@@ -92,7 +92,7 @@ class ReplicaStats:
 
 @dataclass(frozen=True)
 class SimResult:
-    replicas: dict[str, ReplicaStats]
+    replicas: dict[str, ReplayStats]
     reasons: dict[str, int]
     mean_ttft_seconds: float
 
@@ -152,7 +152,7 @@ class LruBlockCache:
 
 @dataclass
 class _ReplicaState:
-    spec: SimReplica
+    spec: ReplayReplica
     cache: LruBlockCache
     running: dict[int, int] = field(default_factory=dict)  # item index -> blocks in use
     waiting: deque[int] = field(default_factory=deque)
@@ -210,7 +210,7 @@ def _kv_events(item: SimRequest, stored: list[int], evicted: list[int]) -> list[
 def simulate(
     policy: Policy,
     stream: Sequence[SimRequest],
-    replicas: Sequence[SimReplica],
+    replicas: Sequence[ReplayReplica],
     clock: ManualClock,
     settings: SimSettings | None = None,
     event_sink: EventSink | None = None,
@@ -282,14 +282,14 @@ def simulate(
 
     return SimResult(
         replicas={
-            rid: ReplicaStats(s.requests, s.hit_tokens, s.query_tokens) for rid, s in states.items()
+            rid: ReplayStats(s.requests, s.hit_tokens, s.query_tokens) for rid, s in states.items()
         },
         reasons=dict(sorted(reasons.items())),
         mean_ttft_seconds=ttft_total / len(stream) if stream else 0.0,
     )
 
 
-def ideal_bound(stream: Sequence[SimRequest], replicas: Sequence[SimReplica]) -> float:
+def ideal_bound(stream: Sequence[SimRequest], replicas: Sequence[ReplayReplica]) -> float:
     """Token hit rate of one cache as large as all replicas' caches together."""
     cache = LruBlockCache(sum(spec.block_capacity for spec in replicas))
     hits = queries = 0

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..ops_view import DriftEvent as OpsDriftEvent
-from ..ops_view import LintFindingStat
+from ..ops_view import DriftNotice, LintFindingStat
 from .service import LintService
 
 
 def dashboard_feeds(service: LintService) -> tuple[Callable[[], Sequence[LintFindingStat]],
-                                                   Callable[[], Sequence[OpsDriftEvent]]]:
+                                                   Callable[[], Sequence[DriftNotice]]]:
     def findings() -> list[LintFindingStat]:
         return [LintFindingStat(s.kind, s.count, s.severity, s.suggestion)
                 for s in service.top_findings(10)]
 
-    def drifts() -> list[OpsDriftEvent]:
-        return [OpsDriftEvent(
+    def drifts() -> list[DriftNotice]:
+        return [DriftNotice(
             at=e.at, model=e.model, kind="tools" if e.path.startswith("tools") else "system_prompt",
             detail=(f"group {e.group}: requests now differ at {e.path} ({e.kind}); prefix "
                     f"repeated {e.share_before:.0%} -> {e.share_after:.0%}"),

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.ops_view import DriftEvent, LintFindingStat, OpsView
+from gateway.ops_view import DriftNotice, LintFindingStat, OpsView
 
 from .fake_replica import FakeReplica
 
@@ -76,8 +76,8 @@ async def test_lint_and_drift_hooks_show_up_sorted_and_capped() -> None:
     async with gateway([FakeReplica("a")]) as client:
         view: OpsView = client.app.state.ops_view  # type: ignore[attr-defined]
         view.lint_provider = lambda: [LintFindingStat(f"kind{i}", count=i) for i in range(15)]
-        view.drift_provider = lambda: [DriftEvent(at=100.0, model="m", kind="tools"),
-                                       DriftEvent(at=200.0, model="m", kind="system_prompt",
+        view.drift_provider = lambda: [DriftNotice(at=100.0, model="m", kind="tools"),
+                                       DriftNotice(at=200.0, model="m", kind="system_prompt",
                                                   lost_tokens=512)]
         data = (await client.get("/admin/replicas")).json()
     assert [f["count"] for f in data["lint_findings"]] == list(range(14, 4, -1))

@@ -11,7 +11,7 @@ from policies.registry import default_registry
 from policies.simulate import (
     LruBlockCache,
     ManualClock,
-    SimReplica,
+    ReplayReplica,
     SimRequest,
     SimResult,
     ideal_bound,
@@ -21,7 +21,7 @@ from policies.types import RouteRequest
 
 BLOCK = 16
 SEED = chain_seed("m", None)
-REPLICAS = [SimReplica(id=f"r{i}", block_capacity=300) for i in range(4)]
+REPLICAS = [ReplayReplica(id=f"r{i}", block_capacity=300) for i in range(4)]
 
 
 def shared_prefix_stream(
@@ -121,4 +121,4 @@ def test_lru_block_cache_matches_leading_runs_and_evicts_tails_first():
 def test_ideal_bound_is_one_big_cache():
     request = RouteRequest(model="m", block_hashes=(1, 2), prompt_tokens=32)
     stream = [SimRequest(float(i), request) for i in range(4)]
-    assert ideal_bound(stream, [SimReplica("a", 1), SimReplica("b", 1)]) == pytest.approx(0.75)
+    assert ideal_bound(stream, [ReplayReplica("a", 1), ReplayReplica("b", 1)]) == pytest.approx(0.75)
