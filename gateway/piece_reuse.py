@@ -38,12 +38,13 @@ marks, about 30 MB; the least recently learned go first).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import xxhash
+
+from policies.lru import LRU
 
 PieceKey = tuple[bool, str]
 """(add_special_tokens, text): how the hasher's piece memo names a piece."""
@@ -110,7 +111,7 @@ class PieceReuse:
         self.step = step
         self.min_chars = min_chars
         self.max_marks = max_marks
-        self._marks: OrderedDict[int, Mark] = OrderedDict()
+        self._marks: LRU[int, Mark] = LRU(max_marks)
         self.reuses = 0
         self.rejected = 0
 
@@ -131,10 +132,7 @@ class PieceReuse:
             # A reused piece's offsets cover only its new part: the marks of the
             # part it shares stay with the piece they were learned from.
             if cut is not None:
-                self._marks[seed] = Mark(key, *cut)
-                self._marks.move_to_end(seed)
-        while len(self._marks) > self.max_marks:
-            self._marks.popitem(last=False)
+                self._marks.put(seed, Mark(key, *cut))
 
     def _clean_cut(self, text: str, end: int, encoding: Offsets) -> tuple[int, int] | None:
         """The last clean cut in ``[end - step, end - 2]``: (chars, tokens), or None."""
@@ -161,7 +159,7 @@ class PieceReuse:
         seed, mark = int(add_special), None
         for end in range(self.step, len(text) + 1, self.step):
             seed = _hash(text[end - self.step:end], seed)
-            found = self._marks.get(seed)
+            found = self._marks.peek(seed)
             if found is None:
                 break
             mark = found

@@ -38,56 +38,19 @@ from __future__ import annotations
 
 import logging
 import re
-from collections import OrderedDict, deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from engine.tokenizer import Renderer, RenderError
 from gateway.conversations import ConversationMemo, Keys, KnownTurn
 from gateway.piece_reuse import Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
+from policies.lru import LRU
 from policies.types import RouteRequest
 
 log = logging.getLogger("prefixgate.prefix")
-
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class LRU(Generic[K, V]):
-    """A mapping bounded by total weight that forgets the least recently used first."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.weight = 0
-        self._data: OrderedDict[K, tuple[V, int]] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        entry = self._data.get(key)
-        if entry is None:
-            return None
-        self._data.move_to_end(key)
-        return entry[0]
-
-    def peek(self, key: K) -> V | None:
-        """``get`` without touching the order: safe to call from a worker thread."""
-        entry = self._data.get(key)
-        return None if entry is None else entry[0]
-
-    def put(self, key: K, value: V, weight: int = 1) -> None:
-        old = self._data.pop(key, None)
-        if old is not None:
-            self.weight -= old[1]
-        self._data[key] = (value, weight)
-        self.weight += weight
-        while self.weight > self.capacity and len(self._data) > 1:
-            _, (_, dropped) = self._data.popitem(last=False)
-            self.weight -= dropped
-
-    def __len__(self) -> int:
-        return len(self._data)
-
 
 ChainState = tuple[int, tuple[int, ...]]
 """Where a block chain stands: the last full block's hash and the tokens of the

@@ -15,7 +15,7 @@ Parameters:
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from .lru import LRU
 
 
 class SessionTable:
@@ -24,32 +24,26 @@ class SessionTable:
             raise ValueError("ttl_seconds and max_sessions must be positive")
         self.ttl_seconds = ttl_seconds
         self.max_sessions = max_sessions
-        self._last: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._last: LRU[str, tuple[str, float]] = LRU(max_sessions)
 
     def get(self, session_key: str, now: float) -> str | None:
         """The replica that served the session last, unless that is stale."""
-        entry = self._last.get(session_key)
+        entry = self._last.peek(session_key)
         if entry is None or entry[1] < now - self.ttl_seconds:
             return None
         return entry[0]
 
     def remember(self, session_key: str, replica_id: str, now: float) -> None:
-        self._last.pop(session_key, None)
-        self._last[session_key] = (replica_id, now)
-        while len(self._last) > self.max_sessions:
-            self._last.popitem(last=False)
+        self._last.put(session_key, (replica_id, now))
         cutoff = now - self.ttl_seconds
-        while self._last:
-            oldest = next(iter(self._last))
-            if self._last[oldest][1] >= cutoff:
-                break
-            del self._last[oldest]
+        while (oldest := self._last.oldest()) is not None and oldest[1][1] < cutoff:
+            self._last.pop(oldest[0])
 
     def forget_replica(self, replica_id: str) -> None:
         """Sessions of a replica that went away start over."""
         gone = [key for key, (replica, _) in self._last.items() if replica == replica_id]
         for key in gone:
-            del self._last[key]
+            self._last.pop(key)
 
     def __len__(self) -> int:
         return len(self._last)

@@ -19,7 +19,8 @@ policy ``pick``s a replica from views built from the modeled replicas, then
 When an ``event_sink`` is given (e.g. ``PrecisePolicy.apply_events``), each
 replica publishes vLLM-shaped KV events — ``BlockStored`` for newly cached
 blocks (engine hashes in a key space of their own; token ids taken from
-``SimRequest.token_ids``) and ``BlockRemoved`` for evictions — delivered
+``SimRequest.token_ids``; a salted request's block 0 carries its
+``cache_salt``) and ``BlockRemoved`` for evictions — delivered
 ``event_delay_seconds`` later.
 
 The result counts, per replica, requests and prompt tokens queried vs. found
@@ -40,12 +41,13 @@ Parameters (:class:`SimSettings`):
 from __future__ import annotations
 
 import heapq
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .base import Policy
 from .events import BlockRemoved, BlockStored, EventBatch, KVEvent
+from .lru import LRU
 from .types import ReplicaView, RouteRequest
 
 EventSink = Callable[[str, EventBatch], None]
@@ -63,6 +65,9 @@ class SimRequest:
     decode_tokens: int = 0
     token_ids: tuple[int, ...] | None = None
     """The prompt's token ids; needed only when KV events are published."""
+    cache_salt: str | None = None
+    """The request's ``cache_salt`` (its ``block_hashes`` seeded with it); the
+    published ``BlockStored`` of its block 0 carries it, as vLLM's does."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +129,7 @@ class LruBlockCache:
         if capacity_blocks <= 0:
             raise ValueError("capacity_blocks must be positive")
         self.capacity_blocks = capacity_blocks
-        self._blocks: OrderedDict[int, None] = OrderedDict()
+        self._blocks: LRU[int, None] = LRU(capacity_blocks)
 
     def cached_prefix(self, block_hashes: Sequence[int]) -> int:
         run = 0
@@ -138,12 +143,9 @@ class LruBlockCache:
         """Touch a request's blocks; returns (indexes newly stored, hashes evicted)."""
         blocks = self._blocks
         stored = [i for i, h in enumerate(block_hashes) if h not in blocks]
-        for block_hash in reversed(block_hashes):
-            blocks[block_hash] = None
-            blocks.move_to_end(block_hash)
         evicted = []
-        while len(blocks) > self.capacity_blocks:
-            evicted.append(blocks.popitem(last=False)[0])
+        for block_hash in reversed(block_hashes):
+            evicted += [gone for gone, _ in blocks.put(block_hash, None)]
         return stored, evicted
 
     def __len__(self) -> int:
@@ -198,6 +200,7 @@ def _kv_events(item: SimRequest, stored: list[int], evicted: list[int]) -> list[
                     token_ids=item.token_ids[first * block_size : (last + 1) * block_size],
                     block_size=block_size,
                     medium="GPU",
+                    cache_salt=item.cache_salt if first == 0 else None,
                 )
             )
     if evicted:

@@ -19,9 +19,10 @@ can subtract its own readings. Only requests that carry an
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
+
+from policies.lru import LRU
 
 
 @dataclass(slots=True)
@@ -37,16 +38,13 @@ class RequestTiming:
 class TimingLog:
     def __init__(self, capacity: int = 65536) -> None:
         self.capacity = capacity
-        self._log: OrderedDict[str, RequestTiming] = OrderedDict()
+        self._log: LRU[str, RequestTiming] = LRU(capacity)
 
     def received(self, caller_id: str | None) -> RequestTiming | None:
         if not caller_id:
             return None
         timing = RequestTiming(time.perf_counter())
-        self._log[caller_id] = timing
-        self._log.move_to_end(caller_id)
-        if len(self._log) > self.capacity:
-            self._log.popitem(last=False)
+        self._log.put(caller_id, timing)
         return timing
 
     def dump(self, prefix: str = "") -> list[dict[str, Any]]:

@@ -29,10 +29,12 @@ that one request instead.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 
 import xxhash
+
+from policies.lru import LRU
 
 from .drift import Drift, DriftSettings, DriftTracker
 from .structure import TextField
@@ -183,7 +185,7 @@ class GroupTable:
         self.drift = drift
         self.max_groups = max_groups
         self.max_chars = max_chars
-        self._groups: OrderedDict[tuple[str, str, str, int], Group] = OrderedDict()
+        self._groups: LRU[tuple[str, str, str, int], Group] = LRU(max_groups)
         self._templates: dict[tuple[str, str, str], list[int]] = {}
         """Per model, tenant and shape: its groups' serials, most recently seen first."""
         self._serial = 0
@@ -198,35 +200,37 @@ class GroupTable:
             # The same text as a group's last request (the common case), else the
             # most recently seen group whose template it mostly repeats.
             found = next((i for i, serial in enumerate(serials)
-                          if self._groups[(*base, serial)].last_hash == digest), None)
+                          if self._group(base, serial).last_hash == digest), None)
             if found is None:
                 found = next((i for i, serial in enumerate(serials)
-                              if same_template(self._groups[(*base, serial)].reference, text)),
+                              if same_template(self._group(base, serial).reference, text)),
                              None)
             if found is not None:
                 serial = serials.pop(found)
                 serials.insert(0, serial)
-                key = (*base, serial)
-                self._groups.move_to_end(key)
-                return self._groups[key]
+                return self._group(base, serial, touch=True)
             self._serial += 1
             key = (*base, self._serial)
             group_id = xxhash.xxh3_64_hexdigest(
                 "\x00".join((*base, str(self._serial))).encode())[:12]
             group = Group(group_id, model, shape, self.atomizer, self.drift, self.max_chars,
                           text)
-            self._groups[key] = group
             serials.insert(0, self._serial)
             if len(serials) > MAX_TEMPLATES:
-                del self._groups[(*base, serials.pop())]
-            while len(self._groups) > self.max_groups:
-                old, _ = self._groups.popitem(last=False)
+                self._groups.pop((*base, serials.pop()))
+            for old, _ in self._groups.put(key, group):
                 rest = self._templates[old[:3]]
                 rest.remove(old[3])
                 if not rest:
                     del self._templates[old[:3]]
             return group
 
+    def _group(self, base: tuple[str, str, str], serial: int, touch: bool = False) -> Group:
+        key = (*base, serial)
+        group = self._groups.get(key) if touch else self._groups.peek(key)
+        assert group is not None  # serials name only groups still held
+        return group
+
     def snapshot(self) -> list[Group]:
         with self._lock:
-            return list(reversed(self._groups.values()))
+            return [group for _, group in reversed(list(self._groups.items()))]

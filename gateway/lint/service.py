@@ -26,13 +26,15 @@ import asyncio
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 import xxhash
+
+from policies.lru import LRU
 
 from ..config import ModelSettings
 from ..hashers import HasherSet
@@ -84,7 +86,8 @@ class LintService:
         self._linters: dict[str, Linter] = {}
         self._templates: dict[str, TemplateSource] = {}
         self._clock_memo: dict[tuple[str, bytes], bool] = {}
-        self._memo: OrderedDict[tuple[str, int], tuple[float, list[Finding]]] = OrderedDict()
+        self._memo: LRU[tuple[str, int], tuple[float, list[Finding]]] = LRU(
+            limits.memo_entries)
         self._stats: dict[str, int] = {}
         self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
         self._lock = threading.Lock()
@@ -171,15 +174,11 @@ class LintService:
         key = (field.path, _digest(field.text))
         with self._lock:
             memo = self._memo.get(key)
-            if memo is not None:
-                self._memo.move_to_end(key)
         if memo is not None and now - memo[0] < self.limits.memo_seconds:
             return memo[1]
         found = self.fields.field_findings(field, now)
         with self._lock:
-            self._memo[key] = (now, found)
-            while len(self._memo) > self.limits.memo_entries:
-                self._memo.popitem(last=False)
+            self._memo.put(key, (now, found))
         return found
 
     def _observe(self, group: Group, prefix: Prefix, body: Mapping[str, Any],

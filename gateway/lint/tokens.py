@@ -22,9 +22,10 @@ import re
 import threading
 from array import array
 from bisect import bisect_right
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Protocol
+
+from policies.lru import LRU
 
 
 class Encoder(Protocol):
@@ -85,8 +86,7 @@ class PromptTokens:
 class TokenMap:
     def __init__(self, encoder: Encoder, cache_pieces: int = 4096) -> None:
         self.encoder = encoder
-        self._memo: OrderedDict[str, array] = OrderedDict()
-        self._capacity = cache_pieces
+        self._memo: LRU[str, array] = LRU(cache_pieces)
         self._lock = threading.Lock()  # the lint endpoint runs in worker threads
         specials = sorted(set(encoder.specials()), key=len, reverse=True)
         self._split = (re.compile("(" + "|".join(re.escape(s) for s in specials) + ")")
@@ -114,14 +114,10 @@ class TokenMap:
         for piece in self._pieces(prompt):
             with self._lock:
                 piece_ends = self._memo.get(piece)
-                if piece_ends is not None:
-                    self._memo.move_to_end(piece)
             if piece_ends is None:
                 piece_ends = self.encoder.ends(piece)
                 with self._lock:
-                    self._memo[piece] = piece_ends
-                    if len(self._memo) > self._capacity:
-                        self._memo.popitem(last=False)
+                    self._memo.put(piece, piece_ends)
             starts.append(char)
             tokens.append(total)
             ends.append(piece_ends)
