@@ -28,7 +28,7 @@ from . import errors
 from .api import build_router
 from .config import Settings
 from .hashers import HasherCollector, HasherSet, TokenizerConfigError
-from .inprocess import start_inprocess
+from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
 from .lint.service import LintService

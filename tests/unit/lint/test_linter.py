@@ -12,7 +12,7 @@ from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.template import ClockProbe, TemplateSource
 from gateway.lint.tokens import ByteEncoder, TokenMap
-from gateway.prefix import PromptHasher
+from gateway.render import PromptHasher
 
 from .corpus import NOW
 
