@@ -31,7 +31,7 @@ from .hashers import HasherCollector, HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
-from .lint.service import LintService
+from .lint.service import LintLimits, LintService
 from .lint_api import build_lint_router
 from .loop_lag import GcPauses, LoopLagProbe
 from .metrics import GatewayMetrics
@@ -119,8 +119,10 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         ops = OpsStats()
         proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops).record)
-        lint = LintService(hashers, settings.models, metrics)
-        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops, lint=lint)
+        lint = LintService(hashers, settings.models, metrics,
+                           limits=LintLimits(learn=settings.lint.learn))
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops,
+                             lint=lint if settings.lint.enabled else None)
         ops_view = OpsView(pool, policy, ops)
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         ops_view.tokenizer_provider = hashers.tokenizers

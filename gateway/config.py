@@ -129,6 +129,15 @@ class ReplicaSettings(Strict):
         return self
 
 
+class LintSettings(Strict):
+    """The prompt linter in live traffic (``/v1/prompt/lint`` is always there)."""
+
+    enabled: bool = True
+    """Lint each routed chat request's stable prefix once it has left."""
+    learn: bool = True
+    """Group each app's requests, learn the spans that vary, report prefix drift."""
+
+
 class ModelSettings(Strict):
     name: str
     tokenizer: str | None = None
@@ -182,6 +191,7 @@ class Settings(Strict):
     retry_after_seconds: int = Field(1, ge=0)
     log_level: str = "info"
     access_log: bool = False
+    lint: LintSettings = Field(default_factory=LintSettings)
 
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]

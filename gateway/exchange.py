@@ -75,6 +75,8 @@ class Exchange:
     request: RouteRequest | None = None
     decision: Decision | None = None
     lint: asyncio.Future[int | None] | None = None
+    lint_warnings: int | None = None
+    """Warnings in this stable prefix when the linter has seen it before (its memo)."""
     outcome: Outcome = field(default_factory=Outcome)
 
     @property
@@ -117,8 +119,6 @@ class Exchange:
         """The gateway's own headers on the answer from ``replica_id``."""
         headers = {"x-prefixgate-replica": replica_id, "x-request-id": self.request_id,
                    "x-prefixgate-matched-tokens": str(self.predicted_cached(replica_id))}
-        lint = self.lint
-        if lint is not None and lint.done() and not lint.cancelled() and \
-                lint.exception() is None and lint.result() is not None:
-            headers["x-prefixgate-lint"] = str(lint.result())
+        if self.lint_warnings is not None:
+            headers["x-prefixgate-lint"] = str(self.lint_warnings)
         return headers

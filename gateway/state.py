@@ -100,5 +100,7 @@ class GatewayState:
         if self.lint is None or exchange.route.kind != "chat":
             return
         lint = self.lint
+        exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.data,
+                                                     exchange.tenant)
         exchange.lint = asyncio.ensure_future(after_request_leaves(
             lambda: lint.check(exchange.model, exchange.data, exchange.tenant)))

@@ -65,6 +65,9 @@ class LintLimits:
     """Requests a group must have sent before a never-varying span is called stable."""
     max_events: int = 100
     offload_chars: int = 8192
+    learn: bool = True
+    """Live learning: group each app's requests, learn the spans that vary, report
+    prefix drift. Off, each request is linted on its own (patterns only)."""
 
 
 class LintService:
@@ -88,6 +91,8 @@ class LintService:
         self._clock_memo: dict[tuple[str, bytes], bool] = {}
         self._memo: LRU[tuple[str, int], tuple[float, list[Finding]]] = LRU(
             limits.memo_entries)
+        self._last_counts: LRU[int, int] = LRU(limits.memo_entries)
+        """Warnings of the last lint of each (model, tenant, stable prefix)."""
         self._stats: dict[str, int] = {}
         self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
         self._lock = threading.Lock()
@@ -155,9 +160,10 @@ class LintService:
         for field in fields:
             findings.extend(self._field_findings(field, now))
         findings.extend(self.fields.request_findings(body, now))
-        prefix = Prefix.of(fields, self.limits.max_prefix_chars)
-        group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix)
-        findings.extend(self._observe(group, prefix, body, findings, blocking))
+        if self.limits.learn:
+            prefix = Prefix.of(fields, self.limits.max_prefix_chars)
+            group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix)
+            findings.extend(self._observe(group, prefix, body, findings, blocking))
         if self._fills_clock(model, body):
             findings.append(Finding("template_dynamic", "", "chat_template", 0, 0, "warning",
                                     0.95, suggestion("template_dynamic", "system")))
@@ -168,7 +174,19 @@ class LintService:
         if self.metrics is not None:
             for finding in warnings:
                 self.metrics.lint_findings.labels(finding.kind).inc()
+        key = _prefix_key(model, tenant, fields)
+        with self._lock:
+            self._last_counts.put(key, len(warnings))
         return len(warnings)
+
+    def known_warnings(self, model: str, body: Mapping[str, Any],
+                       tenant: str | None) -> int | None:
+        """The warnings the last lint of this stable prefix found, without linting: a
+        hash of the prefix's fields. None when the linter has not seen it yet."""
+        fields = [f for f in text_fields(body) if f.region != "final"]
+        key = _prefix_key(model, tenant, fields)
+        with self._lock:
+            return self._last_counts.peek(key)
 
     def _field_findings(self, field: TextField, now: float) -> list[Finding]:
         key = (field.path, _digest(field.text))
@@ -279,6 +297,14 @@ class LintService:
 
 def _digest(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+def _prefix_key(model: str, tenant: str | None, fields: Sequence[TextField]) -> int:
+    digest = xxhash.xxh3_64(f"{model}\x00{_tenant(tenant)}".encode())
+    for field in fields:
+        digest.update(b"\x00" + field.path.encode() + b"\x00")
+        digest.update(field.text.encode("utf-8", "surrogatepass"))
+    return digest.intdigest()
 
 
 def _tenant(tenant: str | None) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, sim_args
 
@@ -47,8 +48,14 @@ def ask(api: openai.OpenAI, system: str, question: str = "Is breakfast included?
 
 def test_lint_header_on_a_timestamp_in_the_system_prompt(lint_gateway: GatewayProcess) -> None:
     api = client(lint_gateway, "app-one")
-    stamped = ask(api, POLICY + "Current time: 2026-11-30 15:25:07 UTC.")
-    clean = ask(api, POLICY)
+    stamp = "Current time: 2026-11-30 15:25:07 UTC."
+    first = ask(api, POLICY + stamp)  # goes out before the linter has seen its prefix
+    ask(api, POLICY)
+    wait_until(lambda: 'prefixgate_lint_findings_total{kind="timestamp"}' in httpx.get(
+        lint_gateway.url + "/metrics").text, what="the first request linted")
+    stamped = ask(api, POLICY + stamp, "Is parking free?")
+    clean = ask(api, POLICY, "Is parking free?")
+    assert "x-prefixgate-lint" not in first
     assert stamped["x-prefixgate-lint"] == "1"
     assert clean["x-prefixgate-lint"] == "0"
     assert stamped["x-prefixgate-replica"] in {"s0", "s1"}

@@ -11,6 +11,7 @@ from asgi_lifespan import LifespanManager
 
 from gateway.app import create_app
 from gateway.config import load_settings
+from tests.support.waiting import eventually_async
 
 from ..fake_replica import FakeReplica
 
@@ -34,16 +35,25 @@ async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncCl
 
 
 async def test_routed_chat_carries_the_lint_header(qwen_dir: str) -> None:
+    """The linter never holds an answer back: a prefix's first request goes out before
+    it is linted (no header); once linted, its next requests carry the count."""
+    clean_chat = {**CHAT, "messages": [{"role": "system", "content": "Be brief."},
+                                       {"role": "user", "content": "hi"}]}
     async with gateway(qwen_dir) as client:
-        stamped = await client.post("/v1/chat/completions", json=CHAT)
-        clean = await client.post("/v1/chat/completions", json={
-            **CHAT, "messages": [{"role": "system", "content": "Be brief."},
-                                 {"role": "user", "content": "hi"}]})
-        metrics = (await client.get("/metrics")).text
+        first = await client.post("/v1/chat/completions", json=CHAT)
+        await client.post("/v1/chat/completions", json=clean_chat)
+
+        async def linted() -> bool:
+            return 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in (
+                await client.get("/metrics")).text
+        await eventually_async(linted, what="the first requests linted")
+        stamped = await client.post("/v1/chat/completions", json={
+            **CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": "And Rome?"}]})
+        clean = await client.post("/v1/chat/completions", json=clean_chat)
         ops = (await client.get("/admin/replicas")).json()
-    assert stamped.status_code == 200 and stamped.headers["x-prefixgate-lint"] == "1"
+    assert first.status_code == 200 and "x-prefixgate-lint" not in first.headers
+    assert stamped.headers["x-prefixgate-lint"] == "1"
     assert clean.headers["x-prefixgate-lint"] == "0"
-    assert 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in metrics
     assert ops["lint_findings"][0]["kind"] == "timestamp"
 
 
@@ -105,3 +115,25 @@ async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
     assert ops["drift_events"][0]["kind"] == "system_prompt"
     assert "Request" not in str(ops["drift_events"])  # no prompt text on the dashboard
     assert 'prefixgate_prefix_drift_events_total{model="m"} 1.0' in metrics
+
+
+async def test_live_lint_can_be_switched_off(qwen_dir: str) -> None:
+    async with gateway(qwen_dir, lint={"enabled": False}) as client:
+        routed = await client.post("/v1/chat/completions", json=CHAT)
+        metrics = (await client.get("/metrics")).text
+        linted = await client.post("/v1/prompt/lint", json=CHAT)
+    assert routed.status_code == 200 and "x-prefixgate-lint" not in routed.headers
+    assert 'prefixgate_lint_findings_total{kind="timestamp"}' not in metrics
+    assert linted.json()["warnings"] == 1  # the endpoint still lints on request
+
+
+async def test_live_learning_can_be_switched_off(qwen_dir: str) -> None:
+    """Four agents' names in one system prompt: with learning on, the group would learn
+    the name as a varying span (see test_service); off, no group is kept at all."""
+    varying = [{**CHAT, "messages": [{"role": "system", "content": f"Agent {name}. " + SYSTEM},
+                                     CHAT["messages"][1]]} for name in ("Ann", "Bo", "Cy", "Di")]
+    async with gateway(qwen_dir, lint={"learn": False}) as client:
+        for body in varying * 2:
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+        drift = (await client.get("/admin/drift")).json()
+    assert drift["groups"] == [] and drift["events"] == []  # nothing learned
