@@ -12,48 +12,74 @@ notes in ``tests/fixtures/vllm/``):
   equal to their default left out. Older vLLMs sent each event as an array
   ``[tag, field, ...]``; :func:`decode_payload` reads both. Unknown event
   types are skipped (forward compatible); unknown keys are ignored.
+* ``BlockStored.extra_keys``: one entry per stored block, nil or an untagged
+  array; a request's ``cache_salt`` is a string in the entry of its block 0
+  (see :func:`cache_salt_of`), decoded into ``BlockStored.cache_salt``.
 * Block hashes are unsigned 64-bit ints (or bytes when the engine runs with
   ``VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0``); both are kept as they come.
 * Replay: a DEALER connected to the ROUTER ``replay_endpoint`` sends
   ``[b"", start_seq as 8-byte big-endian]`` and receives ``[b"", topic, seq,
-  payload]`` for every buffered batch with ``seq >= start_seq``, then the end
-  marker ``[b"", b"", -1 (8 bytes ff), b""]``. Older vLLMs (and our
-  simulator) leave the topic frame out; both forms are read.
+  payload]`` for every batch still in the engine's buffer (the last
+  ``buffer_steps``, default 10,000) with ``seq >= start_seq``, then the end
+  marker ``[b"", b"", -1 (8 bytes ff), b""]``. Older vLLMs leave the topic
+  frame out; both forms are read.
 
 Subscriber algorithm (:class:`KVEventSubscriber`, one per replica, on the
 event loop with ``zmq.asyncio``):
 
-1. Deliver each batch to ``on_batch(replica_id, batch)`` in sequence order.
-   The callback is synchronous and runs on the loop: it must be quick (the
-   precise index's ``apply`` is).
-2. ``seq == last + 1``: deliver. ``seq > last + 1``: a gap -- ask the replay
+1. Warm start. A monitor on the SUB socket reports every completed
+   connection to the publisher: the first one at start-up, and each one
+   after ZMQ reconnected by itself (engine restart, network blip) or after
+   the socket was recreated. Each one triggers a *catch-up*: ask the replay
+   socket for everything from ``last + 1`` (``0`` before anything was seen)
+   and deliver it, so blocks a replica cached before we started (or while we
+   were cut off) are known before it publishes anything new. A catch-up is
+   bounded (``replay_timeout`` per reply, ``replay_limit`` in all); a
+   replay socket that does not answer (engine still starting) leaves us
+   where we were, and the gap logic of step 3 takes over.
+2. Deliver each batch to ``on_batch(replica_id, batch)`` in sequence order,
+   each at most once. The callback is synchronous and runs on the loop: it
+   must be quick (the precise index's ``apply`` is). The catch-up runs
+   inline, before the next live message is read, so replayed batches always
+   come before live ones. Live messages that were already queued when the
+   replay snapshot was taken come again afterwards: a live ``seq <= last``
+   whose payload digest equals the replayed batch's is a duplicate and is
+   dropped (``stats.duplicates``).
+3. ``seq == last + 1``: deliver. ``seq > last + 1``: a gap -- ask the replay
    socket for ``last + 1`` onwards and deliver the missed batches before the
-   live one. The first message after start counts as following ``-1``, so a
-   subscriber that starts late catches up on the engine's replay buffer.
-3. Batches that cannot be recovered (no replay endpoint, no answer within
-   ``replay_timeout``, buffer already rolled past them, undecodable) leave
-   the consumer's view unknowable, so it gets a synthetic batch with
+   live one (this also covers batches published between a catch-up's
+   snapshot and the moment our subscription reached the publisher).
+4. Batches that cannot be recovered (no replay endpoint, no answer within
+   the timeouts, buffer already rolled past them, undecodable) leave the
+   consumer's view unknowable, so it gets a synthetic batch with
    ``seq = -1`` and one ``AllBlocksCleared`` and relearns from there:
    forgetting is safer than routing to blocks that may be gone.
-4. ``seq <= last`` on the live socket means the engine restarted (its cache
-   is empty): a synthetic clear, then the message is taken as a first one.
-5. The SUB socket reconnects by itself (ZMQ reconnect interval
+5. A live ``seq <= last`` that is not a duplicate means the engine
+   restarted (its cache is empty): a synthetic clear, then the message is
+   taken as a first one.
+6. The SUB socket reconnects by itself (ZMQ reconnect interval
    ``reconnect_ivl``) and sends ZMTP heartbeats so a dead peer is noticed;
    socket errors close and recreate it after ``reconnect_ivl``.
+   :meth:`KVEventSubscriber.resync` forgets everything and starts over
+   from seq 0 (the gateway calls it when a replica it had written off as
+   unhealthy comes back).
 
 Known limit: a restart is recognised by the sequence going back. An engine
 that restarted and published more batches than we had seen before we
-reconnect looks like a gap instead (replay then serves the new engine's
-batches); the subscriber usually reconnects long before a restarted vLLM has
-loaded its model, so this needs a very short-lived outage.
+reconnect looks like a continuation instead (the catch-up then serves the
+new engine's batches); the subscriber usually reconnects long before a
+restarted vLLM has loaded its model, so this needs a very short-lived outage.
 
 ``run()`` works until cancelled; ``start()`` + ``aclose()`` (or ``async
-with``) wrap it in a task. Nothing here blocks the loop.
+with``) wrap it in a task. Every wait (live messages, monitor events, replay
+replies) is an ``await`` that cancellation ends at once; sockets are closed
+on the way out. Nothing here blocks the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -61,8 +87,10 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 import msgpack
+import xxhash
 import zmq
 import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
 
 from policies.events import (
     AllBlocksCleared,
@@ -110,10 +138,41 @@ def _optional(value: Any, kind: type) -> Any:
 
 # Positional field order of the array form (older vLLM, ``array_like=True``).
 _ARRAY_FIELDS = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
+                    "medium", "lora_name", "extra_keys"),
     "BlockRemoved": ("block_hashes", "medium"),
     "AllBlocksCleared": (),
 }  # fmt: skip
+
+
+def cache_salt_of(extra_keys: Any, lora_name: str | None) -> str | None:
+    """The ``cache_salt`` in a ``BlockStored``'s ``extra_keys``, if its first block has one.
+
+    vLLM 0.32 (``to_event_extra_keys`` in ``vllm/v1/core/kv_cache_utils.py``)
+    publishes one entry per stored block: nil, or an *untagged* array holding,
+    in this order, the LoRA name (every block of a LoRA request), one
+    ``[mm_identifier, offset]`` pair per multimodal input in the block, the
+    cache salt (a string; only on a request's block 0, so only in
+    ``extra_keys[0]`` of an event whose parent is nil) and the block's
+    prompt-embedding digest (bytes). So the salt is the first string after the
+    LoRA name. A tagged map ``{"type": "cache_salt", "salt": ...}`` (a typed
+    schema some vLLM trees publish) is read too; other shapes mean "no salt".
+    """
+    if extra_keys is None:
+        return None
+    if not isinstance(extra_keys, list):
+        raise KVEventDecodeError("extra_keys is not a list")
+    first = extra_keys[0] if extra_keys else None
+    if not isinstance(first, list):
+        return None
+    keys = first[1:] if lora_name is not None and first[:1] == [lora_name] else first
+    for key in keys:
+        if isinstance(key, str):
+            return key
+        if isinstance(key, dict) and key.get("type") == "cache_salt":
+            salt = key.get("salt")
+            return salt if isinstance(salt, str) else None
+    return None
 
 
 def decode_event(raw: Any) -> KVEvent | None:
@@ -134,6 +193,7 @@ def decode_event(raw: Any) -> KVEvent | None:
             block_size = fields["block_size"]
             if type(block_size) is not int:
                 raise KVEventDecodeError("block_size is not an int")
+            lora_name = _optional(fields.get("lora_name"), str)
             return BlockStored(
                 block_hashes=_hashes(fields["block_hashes"]),
                 parent_block_hash=None if parent is None else _hash(parent),
@@ -141,6 +201,8 @@ def decode_event(raw: Any) -> KVEvent | None:
                 block_size=block_size,
                 lora_id=_optional(fields.get("lora_id"), int),
                 medium=_optional(fields.get("medium"), str),
+                lora_name=lora_name,
+                cache_salt=cache_salt_of(fields.get("extra_keys"), lora_name),
             )
         if kind == "BlockRemoved":
             return BlockRemoved(
@@ -200,6 +262,17 @@ def split_replay_reply(frames: Sequence[bytes]) -> tuple[int, bytes]:
 
 # -- subscribing ---------------------------------------------------------------------------------
 
+# A completed ZMTP handshake: the publisher has our connection (and, right after,
+# our subscription). Each one, the first included, triggers a catch-up.
+CONNECTED_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED
+_DRAIN = 256
+"""Live messages handled per wake-up before monitor events get another look."""
+_YIELD_EVERY = 256
+
+
+def _digest(payload: bytes) -> int:
+    return xxhash.xxh3_64_intdigest(payload)
+
 
 @dataclass(frozen=True)
 class SubscriberConfig:
@@ -209,7 +282,10 @@ class SubscriberConfig:
     replay_endpoint: str | None = None
     topic: str = "kv"
     replay_timeout: float = 2.0
-    """Seconds to wait for each replay reply before giving the gap up as lost."""
+    """Seconds to wait for each replay reply before giving the rest up."""
+    replay_limit: float = 30.0
+    """Seconds one whole replay exchange may take (vLLM's full 10,000-batch
+    buffer streams in well under this); what came until then is kept."""
     reconnect_ivl: float = 0.2
     heartbeat_ivl: float = 2.0
 
@@ -219,6 +295,9 @@ class SubscriberStats:
     received: int = 0
     delivered: int = 0
     replayed: int = 0
+    catch_ups: int = 0
+    """Replay exchanges started by a (re)connection (step 1), answered or not."""
+    duplicates: int = 0
     gaps: int = 0
     lost: int = 0
     restarts: int = 0
@@ -237,8 +316,13 @@ class KVEventSubscriber:
     context: zmq.asyncio.Context | None = None
     wall_time: Callable[[], float] = time.time
     stats: SubscriberStats = field(default_factory=SubscriberStats)
+    caught_up: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+    """Set once the first catch-up is over (whatever it found): the consumer is warm."""
     _task: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
     _rank: int | None = field(default=None, init=False, repr=False)
+    _replayed: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    """seq -> payload digest of the batches the last catch-up delivered, until
+    the live stream has passed them (step 2)."""
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -252,6 +336,21 @@ class KVEventSubscriber:
     async def aclose(self) -> None:
         task, self._task = self._task, None
         await cancel(task)
+
+    async def resync(self) -> None:
+        """Forget what was delivered and start over from seq 0 (if running).
+
+        The consumer gets a synthetic clear, then the whole replay buffer
+        again: for a consumer that dropped this replica's blocks on its own.
+        """
+        running = self._task is not None and not self._task.done()
+        await self.aclose()
+        self._forget()
+        self.stats.last_seq = None
+        self._replayed.clear()
+        self.caught_up.clear()
+        if running:
+            self.start()
 
     async def __aenter__(self) -> Self:
         self.start()
@@ -267,22 +366,25 @@ class KVEventSubscriber:
         assert context is not None
         try:
             while True:
-                sub = self._subscribe(context)
+                sub = self._socket(context)
+                monitor = sub.get_monitor_socket(CONNECTED_EVENTS)
                 try:
-                    while True:
-                        frames = await sub.recv_multipart()
-                        await self._handle(context, frames)
+                    sub.connect(self.config.endpoint)
+                    await self._follow(context, sub, monitor)
                 except zmq.ZMQError as exc:
                     self.stats.reconnects += 1
                     logger.warning("KV events of %s: %s; reconnecting", self.config.replica_id, exc)
                 finally:
+                    with contextlib.suppress(zmq.ZMQError):
+                        sub.disable_monitor()
+                    monitor.close(linger=0)
                     sub.close(linger=0)
-                await asyncio.sleep(self.config.reconnect_ivl)
+                await asyncio.sleep(self.config.reconnect_ivl)  # back-off before a new socket
         finally:
             if own_context:
                 context.term()
 
-    def _subscribe(self, context: zmq.asyncio.Context) -> zmq.asyncio.Socket:
+    def _socket(self, context: zmq.asyncio.Context) -> zmq.asyncio.Socket:
         sub = context.socket(zmq.SUB)
         sub.setsockopt(zmq.RECONNECT_IVL, int(self.config.reconnect_ivl * 1000))
         sub.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
@@ -290,10 +392,39 @@ class KVEventSubscriber:
         sub.setsockopt(zmq.HEARTBEAT_IVL, heartbeat_ms)
         sub.setsockopt(zmq.HEARTBEAT_TIMEOUT, heartbeat_ms * 3)
         sub.setsockopt(zmq.SUBSCRIBE, self.config.topic.encode())
-        sub.connect(self.config.endpoint)
         return sub
 
+    async def _follow(
+        self, context: zmq.asyncio.Context, sub: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket
+    ) -> None:
+        """Serve connection events (catch-ups) first, then live messages, forever."""
+        poller = zmq.asyncio.Poller()
+        poller.register(monitor, zmq.POLLIN)
+        poller.register(sub, zmq.POLLIN)
+        while True:
+            ready = dict(await poller.poll())
+            if monitor in ready:
+                event = parse_monitor_message(await monitor.recv_multipart())
+                if event["event"] & CONNECTED_EVENTS:
+                    await self._catch_up(context)
+                continue  # a catch-up changed what live messages mean: look again
+            if sub in ready:
+                for _ in range(_DRAIN):
+                    try:
+                        frames = await sub.recv_multipart(flags=zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    await self._handle(context, frames)
+
     # -- ordering ------------------------------------------------------------------------------
+
+    async def _catch_up(self, context: zmq.asyncio.Context) -> None:
+        """Step 1: deliver everything the replay buffer holds past what we have."""
+        if self.config.replay_endpoint:
+            self.stats.catch_ups += 1
+            last = self.stats.last_seq
+            await self._recover(context, 0 if last is None else last + 1, None)
+        self.caught_up.set()
 
     async def _handle(self, context: zmq.asyncio.Context, frames: list[bytes]) -> None:
         self.stats.received += 1
@@ -306,53 +437,79 @@ class KVEventSubscriber:
             return
         last = self.stats.last_seq
         if last is not None and seq <= last:
+            if self._replayed.get(seq) == _digest(frames[2]):
+                self.stats.duplicates += 1  # delivered by the catch-up already
+                return
             self.stats.restarts += 1
             logger.warning(
                 "KV events of %s restarted at seq %d (last %d)", self.config.replica_id, seq, last
             )
             self._forget()
             last = None
+        self._replayed.clear()  # the live stream is past every replayed batch now
         expected = -1 if last is None else last
         if seq > expected + 1:
             self.stats.gaps += 1
             await self._recover(context, expected + 1, seq)
         self._accept(seq, frames[2])
 
-    async def _recover(self, context: zmq.asyncio.Context, first: int, live_seq: int) -> None:
-        """Deliver batches ``first .. live_seq - 1`` from the replay socket, or declare them lost."""
+    async def _recover(self, context: zmq.asyncio.Context, first: int, stop: int | None) -> None:
+        """Deliver batches ``first .. stop - 1`` from the replay socket, or declare them lost.
+
+        ``stop=None`` (a catch-up): whatever the buffer holds from ``first`` on.
+        """
         recovered: dict[int, bytes] = {}
         if self.config.replay_endpoint:
-            recovered = await self._replay(context, first, live_seq)
-        missing = [seq for seq in range(first, live_seq) if seq not in recovered]
+            recovered = await self._replay(context, first, stop)
+        catch_up = stop is None
+        if stop is None:
+            if not recovered:
+                return  # nothing new (or no answer): the live stream will tell
+            stop = max(recovered) + 1
+        missing = [seq for seq in range(first, stop) if seq not in recovered]
         if missing:
             self.stats.lost += len(missing)
             logger.warning(
                 "KV events of %s: %d batch(es) between seq %d and %d lost; clearing",
-                self.config.replica_id, len(missing), first, live_seq - 1,
+                self.config.replica_id, len(missing), first, stop - 1,
             )  # fmt: skip
             self._forget()
             first = missing[-1] + 1  # what follows the last hole is still worth knowing
-        for count, seq in enumerate(range(first, live_seq), start=1):
+        for count, seq in enumerate(range(first, stop), start=1):
             self.stats.replayed += 1
+            if catch_up:
+                self._replayed[seq] = _digest(recovered[seq])
             self._accept(seq, recovered[seq])
-            if count % 256 == 0:
+            if count % _YIELD_EVERY == 0:
                 await asyncio.sleep(0)  # a catch-up may be 10,000 batches: let others run
 
     async def _replay(
-        self, context: zmq.asyncio.Context, first: int, stop: int
+        self, context: zmq.asyncio.Context, first: int, stop: int | None
     ) -> dict[int, bytes]:
+        """One replay exchange: payloads with ``first <= seq < stop``, as far as they came."""
         assert self.config.replay_endpoint is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.replay_limit
         dealer = context.socket(zmq.DEALER)
         payloads: dict[int, bytes] = {}
         try:
             dealer.connect(self.config.replay_endpoint)
             await dealer.send_multipart([b"", first.to_bytes(8, "big")])
-            timeout_ms = int(self.config.replay_timeout * 1000)
-            while await dealer.poll(timeout_ms):
+            while True:
+                wait = min(self.config.replay_timeout, deadline - loop.time())
+                if wait <= 0 or not await dealer.poll(max(1, int(wait * 1000))):
+                    logger.info(
+                        "KV-event replay from %s: no end marker after %d batch(es)",
+                        self.config.replica_id, len(payloads),
+                    )  # fmt: skip
+                    break
                 seq, payload = split_replay_reply(await dealer.recv_multipart())
-                if seq < 0 or seq >= stop:
+                if seq < 0 or (stop is not None and seq >= stop):
                     break  # end marker, or the live stream has it from here on
-                payloads[seq] = payload
+                if seq >= first:
+                    payloads[seq] = payload
+                if len(payloads) % _YIELD_EVERY == 0:
+                    await asyncio.sleep(0)  # replies already queued do not yield by themselves
         except (KVEventDecodeError, zmq.ZMQError) as exc:
             logger.warning("KV-event replay from %s failed: %s", self.config.replica_id, exc)
         finally:
@@ -375,7 +532,7 @@ class KVEventSubscriber:
         self._forget()
 
     def _forget(self) -> None:
-        """Tell the consumer to drop what it knows of this replica (see step 3 and 4)."""
+        """Tell the consumer to drop what it knows of this replica (see step 4 and 5)."""
         clear = EventBatch(
             seq=SYNTHETIC_SEQ,
             timestamp=self.wall_time(),

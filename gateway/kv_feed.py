@@ -1,24 +1,36 @@
 """Feed every replica's vLLM KV-cache events to a policy that learns from them.
 
 For each replica configured with ``kv_events`` a :class:`KVEventSubscriber`
-follows its ZMQ stream (gaps recovered from the replay socket, engine
-restarts and lost batches turned into a synthetic clear). Each decoded batch
-goes to the policy's ``apply_events``; the chain seed of the replica's model
-is registered first, so the stored blocks' token ids re-hash into the same
-chain the gateway computes for requests. Only policies implementing
-``policies.precise.KVEventConsumer`` get events; with any other policy no
-subscriber is started.
+follows its ZMQ stream: on start-up and on every reconnect it first fetches
+the engine's replay buffer (so a replica that already caches prefixes is
+known before it publishes anything new), then follows the live stream (gaps
+recovered from the replay socket, engine restarts and lost batches turned
+into a synthetic clear). Each decoded batch goes to the policy's
+``apply_events``; the replica's model is registered first (``set_model``),
+so the stored blocks' token ids re-hash into the same chains the gateway
+computes for requests, salted ones included (``chain_seed(model, salt)``).
+
+Two ways the policy can fall behind the engine's cache, both healed by
+asking the subscriber to ``resync`` (clear, then the whole replay buffer
+again): the router drops a replica's blocks when it turns unhealthy, so when
+it is healthy again its still-cached blocks are fetched back; and batches
+that arrive before the replica's model is known are dropped, so once the
+model is known the buffer is fetched again.
+
+Only policies implementing ``policies.precise.KVEventConsumer`` get events;
+with any other policy no subscriber is started.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from engine.kv_events import KVEventSubscriber, SubscriberConfig
 from engine.pool import ReplicaPool
+from engine.tasks import cancel
 from policies.base import Policy
 from policies.events import EventBatch
-from policies.hashing import chain_seed
 from policies.precise import KVEventConsumer
 
 from .config import Settings
@@ -31,6 +43,9 @@ class KVFeed:
         self.pool = pool
         self._consumer = policy if isinstance(policy, KVEventConsumer) else None
         self._seeded: set[str] = set()
+        self._dropped: set[str] = set()
+        self._resyncs: set[asyncio.Task[None]] = set()
+        self._running = False
         self.batches = 0
         self.subscribers: list[KVEventSubscriber] = []
         if self._consumer is None:
@@ -45,14 +60,38 @@ class KVFeed:
                                  replay_endpoint=cfg.kv_events.replay_endpoint,
                                  topic=cfg.kv_events.topic),
                 on_batch=self._on_batch))
+        self._by_id = {s.config.replica_id: s for s in self.subscribers}
 
     def start(self) -> None:
+        if self.subscribers and not self._running:
+            self.pool.add_listener(self._on_health)
+        self._running = True
         for subscriber in self.subscribers:
             subscriber.start()
 
     async def aclose(self) -> None:
+        self._running = False
+        await cancel(*self._resyncs)
         for subscriber in self.subscribers:
             await subscriber.aclose()
+
+    async def settle(self) -> None:
+        """Wait until the resyncs asked for so far are done."""
+        await asyncio.gather(*self._resyncs, return_exceptions=True)
+
+    def _resync(self, replica_id: str) -> None:
+        subscriber = self._by_id.get(replica_id)
+        if subscriber is None or not self._running:
+            return
+        task = asyncio.get_running_loop().create_task(subscriber.resync(),
+                                                      name=f"kv-resync-{replica_id}")
+        self._resyncs.add(task)
+        task.add_done_callback(self._resyncs.discard)
+
+    def _on_health(self, replica_id: str, healthy: bool) -> None:
+        if healthy:
+            log.info("replica %s is healthy again: refetching its KV events", replica_id)
+            self._resync(replica_id)
 
     def _on_batch(self, replica_id: str, batch: EventBatch) -> None:
         assert self._consumer is not None
@@ -60,8 +99,12 @@ class KVFeed:
             models = self.pool.get(replica_id).models
             if not models:
                 log.debug("events from %s before its model is known: dropped", replica_id)
+                self._dropped.add(replica_id)
                 return
-            self._consumer.set_seed(replica_id, chain_seed(models[0], None))
+            self._consumer.set_model(replica_id, models[0])
             self._seeded.add(replica_id)
+            if replica_id in self._dropped:
+                self._dropped.discard(replica_id)
+                self._resync(replica_id)  # what was dropped is still in the replay buffer
         self.batches += 1
         self._consumer.apply_events(replica_id, batch)

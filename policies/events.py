@@ -4,7 +4,8 @@ These mirror vLLM's KV-event wire format (decoded in ``engine.kv_events``)
 but carry no transport detail: hashes are the *engine's* block hashes as
 unsigned 64-bit ints (or bytes, for engines that publish digests); the
 precise index re-hashes ``token_ids`` into the gateway's own chain and keeps
-a map from engine hashes to ours.
+a map from engine hashes to ours. A salted request's first block carries its
+``cache_salt``, so the index can start that chain from the salted seed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ class BlockStored:
     block_size: int
     lora_id: int | None = None
     medium: str | None = None
+    lora_name: str | None = None
+    cache_salt: str | None = None
+    """The request's ``cache_salt`` when the engine mixed one into the hash of
+    the *first* stored block (vLLM: only a request's block 0, published in
+    ``extra_keys[0]``); ``None`` for unsalted requests and later blocks."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,13 @@ ranks the healthy replicas with the shared scoring rule
 replica for a short TTL, so a burst of requests sharing a new prefix stays
 together until the engine's events confirm the blocks.
 
-Wiring (the gateway): for each replica, ``set_seed(replica_id,
-chain_seed(model, None))`` once, then ``apply_events(replica_id, batch)`` for
-every decoded :class:`EventBatch`; ``forget_replica`` when the replica goes
-unhealthy (its blocks are dropped; seeds are kept) and, after a replay gap
-the subscriber cannot fill, ``forget_replica`` as well.
+Wiring (the gateway): for each replica, ``set_model(replica_id, model)``
+once (the index derives the unsalted seed ``chain_seed(model, None)`` and,
+for blocks vLLM stored for a salted request, ``chain_seed(model, salt)``),
+then ``apply_events(replica_id, batch)`` for every decoded
+:class:`EventBatch`; ``forget_replica`` when the replica goes unhealthy (its
+blocks are dropped; seeds are kept). A replay gap the subscriber cannot fill
+arrives as a synthetic ``AllBlocksCleared`` batch.
 
 Parameters: every option of :class:`ScoringConfig` (see
 :mod:`policies.scoring`), plus:
@@ -43,6 +45,8 @@ from .types import Decision, ReplicaView, RouteRequest
 @runtime_checkable
 class KVEventConsumer(Protocol):
     """What a policy that learns from KV events offers the event subscriber."""
+
+    def set_model(self, replica_id: str, model: str, lora_id: int | None = None) -> None: ...
 
     def set_seed(self, replica_id: str, seed: int, lora_id: int | None = None) -> None: ...
 
@@ -78,8 +82,12 @@ class PrecisePolicy:
     ) -> PrecisePolicy:
         return cls(parse_options(PreciseConfig, options, cls.name), clock=clock)
 
+    def set_model(self, replica_id: str, model: str, lora_id: int | None = None) -> None:
+        """The replica's model: its chains start at ``hashing.chain_seed(model, salt)``."""
+        self.index.set_model(replica_id, model, lora_id)
+
     def set_seed(self, replica_id: str, seed: int, lora_id: int | None = None) -> None:
-        """Chain seed of the replica's model: ``hashing.chain_seed(model, None)``."""
+        """Only the unsalted chain seed (``chain_seed(model, None)``); see ``set_model``."""
         self.index.set_seed(replica_id, seed, lora_id)
 
     def apply_events(self, replica_id: str, update: EventBatch | KVEvent) -> None:

@@ -10,10 +10,21 @@ be matched directly and the engine's hash algorithm never matters:
   ``block_size`` and chained onto the parent. The parent is looked up in a
   per-replica map *engine hash -> our hash*; a ``None`` parent means the
   blocks start a prompt, and the chain starts at the replica's seed
-  (:meth:`PreciseIndex.set_seed`, ``chain_seed(model, None)``). Each stored
+  (:meth:`PreciseIndex.set_model`: ``chain_seed(model, None)``). Each stored
   block's engine hash is then mapped to its hash in our chain. A parent we
   never saw (events lost, index started late, no seed set) cannot be placed:
   the blocks are counted as ``orphan_blocks`` and skipped.
+* Cache salts: vLLM mixes a request's ``cache_salt`` into the hash of its
+  block 0 only, and publishes it in that block's ``extra_keys`` (decoded into
+  ``BlockStored.cache_salt``). An event whose first block carries a salt and
+  has no parent -- or a parent we do not know: a salted block starts a
+  request, whatever it names as parent -- starts its chain at
+  ``chain_seed(model, salt)``, the seed the gateway gives a request with that
+  salt. The blocks after it (the same event, and later events whose parent is
+  a known salted block) continue that chain, so a salted request matches the
+  blocks stored for its salt and an unsalted request never matches them.
+  A salt needs the model name (``set_model``); with only ``set_seed``,
+  salted root blocks are orphans.
 * ``BlockRemoved``: engine hashes are translated through the map and removed.
 * ``AllBlocksCleared``: the replica (that data-parallel rank) is emptied.
 
@@ -33,10 +44,6 @@ blocks, so a burst of requests with a new prefix would scatter. When the
 gateway routes a request, :meth:`speculate` marks its blocks as present on
 that replica for ``speculative_ttl_seconds``; events confirm them meanwhile.
 
-Known limit: events carry no cache salt, so a salted request's root block is
-hashed with the replica's unsalted seed; salted requests match their
-replica only through speculation.
-
 Parameters:
 
 * ``speculative_ttl_seconds`` (default 2.0): how long a routed request's
@@ -53,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .events import AllBlocksCleared, BlockRemoved, BlockStored, EngineHash, EventBatch, KVEvent
-from .hashing import extend
+from .hashing import chain_seed, extend
 
 _ACCEPTED_MEDIA = frozenset({"GPU"})
 _NEVER = float("-inf")
@@ -68,6 +75,8 @@ class PreciseIndexStats:
     malformed_events: int
     unknown_removals: int
     overflow_drops: int
+    salted_roots: int
+    """Stored events that started a chain at a salted seed."""
 
 
 class _ReplicaCache:
@@ -80,6 +89,7 @@ class _ReplicaCache:
         "orphan_blocks",
         "overflow_drops",
         "refs",
+        "salted_roots",
         "speculative",
         "unknown_removals",
     )
@@ -93,6 +103,7 @@ class _ReplicaCache:
         self.malformed_events = 0
         self.unknown_removals = 0
         self.overflow_drops = 0
+        self.salted_roots = 0
 
     def add(self, our_hash: int) -> None:
         self.refs[our_hash] = self.refs.get(our_hash, 0) + 1
@@ -127,16 +138,35 @@ class PreciseIndex:
         self.max_blocks_per_replica = max_blocks_per_replica
         self._replicas: dict[str, _ReplicaCache] = {}
         self._seeds: dict[tuple[str, int | None], int] = {}
+        self._models: dict[tuple[str, int | None], str] = {}
 
     # -- configuration ----------------------------------------------------
 
-    def set_seed(self, replica_id: str, seed: int, lora_id: int | None = None) -> None:
-        """Chain seed for root blocks the replica stores (``chain_seed(model, None)``).
+    def set_model(self, replica_id: str, model: str, lora_id: int | None = None) -> None:
+        """The model whose chains the replica stores: seeds ``chain_seed(model, salt)``.
 
-        ``lora_id`` registers the seed for root blocks stored under that LoRA
-        adapter (its served model name); without one, such blocks are orphans.
+        Unsalted root blocks start at ``chain_seed(model, None)``, salted ones
+        at ``chain_seed(model, salt)``. ``lora_id`` registers the model name
+        (the adapter's served name) for blocks stored under that LoRA adapter;
+        without one, such root blocks are orphans.
+        """
+        self._models[(replica_id, lora_id)] = model
+        self._seeds[(replica_id, lora_id)] = chain_seed(model, None)
+
+    def set_seed(self, replica_id: str, seed: int, lora_id: int | None = None) -> None:
+        """Only the unsalted chain seed (``chain_seed(model, None)``) for root blocks.
+
+        Without the model name, salted root blocks cannot be placed and are
+        counted as orphans; prefer :meth:`set_model`.
         """
         self._seeds[(replica_id, lora_id)] = seed
+        self._models.pop((replica_id, lora_id), None)
+
+    def _root(self, replica_id: str, lora_id: int | None, salt: str | None) -> int | None:
+        if salt is None:
+            return self._seeds.get((replica_id, lora_id))
+        model = self._models.get((replica_id, lora_id))
+        return None if model is None else chain_seed(model, salt)
 
     # -- events -----------------------------------------------------------
 
@@ -178,11 +208,12 @@ class PreciseIndex:
             cache.malformed_events += 1
             return
         engine_map = cache.engine_maps.setdefault(rank, {})
-        parent: int | None
-        if event.parent_block_hash is None:
-            parent = self._seeds.get((replica_id, event.lora_id))
-        else:
-            parent = engine_map.get(event.parent_block_hash)
+        parent_hash = event.parent_block_hash
+        parent = None if parent_hash is None else engine_map.get(parent_hash)
+        if parent is None and (parent_hash is None or event.cache_salt is not None):
+            parent = self._root(replica_id, event.lora_id, event.cache_salt)
+            if parent is not None and event.cache_salt is not None:
+                cache.salted_roots += 1
         if parent is None:
             cache.orphan_blocks += count
             return
@@ -253,6 +284,7 @@ class PreciseIndex:
             malformed_events=cache.malformed_events,
             unknown_removals=cache.unknown_removals,
             overflow_drops=cache.overflow_drops,
+            salted_roots=cache.salted_roots,
         )
 
     def replicas(self) -> list[str]:
@@ -261,7 +293,7 @@ class PreciseIndex:
     # -- lifecycle --------------------------------------------------------
 
     def clear(self, replica_id: str) -> None:
-        """Drop a replica's blocks and counters (it went unhealthy); seeds are kept."""
+        """Drop a replica's blocks and counters (it went unhealthy); seeds and models are kept."""
         self._replicas.pop(replica_id, None)
 
     def _cache(self, replica_id: str) -> _ReplicaCache:

@@ -7,11 +7,18 @@ Wire protocol, as ``ZmqEventPublisher`` in ``vllm/distributed/kv_events.py``:
   8-byte big-endian integer; ``payload`` is msgpack of
   ``[ts, [event, ...], data_parallel_rank]`` (events as in
   ``engine.sim.events``).
+* Replay buffer: the payload of each of the last ``buffer_steps`` batches
+  (default 10,000, vLLM's ``KVEventsConfig.buffer_steps``) is kept with its
+  seq, whether or not the PUB socket could send it.
 * ROUTER replay socket: a DEALER sends ``[b"", start_seq]`` (8-byte
-  big-endian); it receives ``[b"", seq, payload]`` for every buffered batch
-  with ``seq >= start_seq``, then the end marker ``[b"", -1 as signed
-  8-byte big-endian (ff..ff), b""]``. The last ``buffer_steps`` batches are
-  kept.
+  big-endian); it receives ``[b"", topic, seq, payload]`` for every buffered
+  batch with ``seq >= start_seq`` (payload byte-identical to the live one),
+  then the end marker ``[b"", b"", -1 as signed 8-byte big-endian (ff..ff),
+  b""]``; a start past the newest batch gets only the marker. A request that
+  is not three frames (identity, empty, start) is logged and ignored. This is
+  vLLM 0.32's ``_service_replay``; older vLLMs sent no topic frame. Replay
+  requests are served between batches, in the same thread, so a reply is a
+  consistent snapshot of the buffer.
 
 All socket work happens in one background thread (ZMQ sockets are not
 thread-safe); the engine loop only appends to a bounded queue with
@@ -146,5 +153,5 @@ class KVEventPublisher:
         start = int.from_bytes(start_bytes, "big")
         for seq, payload in list(self._buffer):
             if seq >= start:
-                replay.send_multipart((client, b"", seq.to_bytes(8, "big"), payload))
-        replay.send_multipart((client, b"", END_SEQ, b""))
+                replay.send_multipart((client, b"", self._topic, seq.to_bytes(8, "big"), payload))
+        replay.send_multipart((client, b"", b"", END_SEQ, b""))

@@ -1,7 +1,14 @@
-"""KV-cache events of the simulated replica over ZMQ, decoded as vLLM's wire format."""
+"""KV-cache events of the simulated replica over ZMQ, decoded as vLLM's wire format.
+
+The last tests put our subscriber and the precise index behind the sim's
+sockets: a replica that cached a prefix before the subscriber started is
+known from the replay buffer alone, and salted requests' blocks land in the
+salted chain the gateway computes for them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -11,13 +18,18 @@ import msgpack
 import pytest
 import zmq
 
+from engine.kv_events import KVEventSubscriber, SubscriberConfig
 from engine.sim.cache import block_hash, root_hash
 from engine.tokenizer import ByteRenderer
+from policies.hashing import block_hashes, chain_seed
+from policies.precise_index import PreciseIndex
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess, running_sim
+from tests.support.waiting import eventually, wait_until
 
 BLOCK = 16
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+MODEL = "sim-model"
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +56,17 @@ def context() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     ctx.destroy(linger=0)
 
 
-def chat(sim: SimProcess, content: str, max_tokens: int = 1) -> None:
-    body = {
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-    }
+def chat(
+    sim: SimProcess, content: str | list[dict[str, str]], max_tokens: int = 1, **extra: Any
+) -> None:
+    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    body = {"messages": messages, "max_tokens": max_tokens, "ignore_eos": True, **extra}
     assert httpx.post(f"{sim.v1_url}/chat/completions", json=body, timeout=30).status_code == 200
 
 
-def prompt_ids(content: str) -> list[int]:
-    return ByteRenderer().chat_token_ids({"messages": [{"role": "user", "content": content}]})
+def prompt_ids(content: str | list[dict[str, str]]) -> list[int]:
+    messages = [{"role": "user", "content": content}] if isinstance(content, str) else content
+    return ByteRenderer().chat_token_ids({"messages": messages})
 
 
 def replay_from(
@@ -64,14 +76,18 @@ def replay_from(
     dealer.connect(f"tcp://127.0.0.1:{port}")
     dealer.send_multipart([b"", start.to_bytes(8, "big")])
     batches: list[tuple[int, list[Any]]] = []
-    while True:
-        assert dealer.poll(5000), "no replay answer"
-        empty, seq, payload = dealer.recv_multipart()
-        assert empty == b""
-        if seq == END_SEQ:
-            assert payload == b""
-            return batches
-        batches.append((int.from_bytes(seq, "big"), msgpack.unpackb(payload)))
+    try:
+        while True:
+            assert dealer.poll(5000), "no replay answer"
+            empty, topic, seq, payload = dealer.recv_multipart()  # vLLM 0.32: four frames
+            assert empty == b""
+            if seq == END_SEQ:
+                assert topic == b"" and payload == b""
+                return batches
+            assert topic == b"kv"
+            batches.append((int.from_bytes(seq, "big"), msgpack.unpackb(payload)))
+    finally:
+        dealer.close(linger=0)
 
 
 def events_of(batches: list[tuple[int, list[Any]]], kind: str) -> list[dict[str, Any]]:
@@ -147,3 +163,117 @@ def test_eviction_and_reset_are_published(
     assert all(value in stored_hashes for event in removed for value in event["block_hashes"])
     cleared = events_of(batches, "AllBlocksCleared")
     assert cleared == [{"type": "AllBlocksCleared"}]
+
+
+def stored_in_replay(
+    context: zmq.Context[zmq.Socket[bytes]], port: int, token_ids: list[int]
+) -> list[dict[str, Any]]:
+    """The BlockStored events in the replay buffer whose tokens start ``token_ids``."""
+    return [
+        event
+        for event in events_of(replay_from(context, port, 0), "BlockStored")
+        if event["token_ids"] and token_ids[: len(event["token_ids"])] == event["token_ids"]
+    ]
+
+
+def subscriber_for(ports: tuple[int, int], index: PreciseIndex) -> KVEventSubscriber:
+    config = SubscriberConfig(
+        replica_id="s0",
+        endpoint=f"tcp://127.0.0.1:{ports[0]}",
+        replay_endpoint=f"tcp://127.0.0.1:{ports[1]}",
+        topic="kv",
+    )
+    return KVEventSubscriber(config, index.apply)
+
+
+def test_salted_requests_publish_their_salt_on_block_zero_only(
+    sim: SimProcess, ports: tuple[int, int], context: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    first = [{"role": "user", "content": "salted wire check " * 4}]
+    chat(sim, first, cache_salt="tenant-a")
+    ids = prompt_ids(first)
+    wait_until(lambda: bool(stored_in_replay(context, ports[1], ids)), what="salted BlockStored")
+    (event,) = stored_in_replay(context, ports[1], ids)
+    full = len(ids) // BLOCK
+    assert event["parent_block_hash"] is None
+    assert event["extra_keys"] == [["tenant-a"]] + [None] * (full - 1)
+    expected = [block_hash(root_hash(5), ids[:BLOCK], "tenant-a")]
+    for index in range(1, full):
+        expected.append(block_hash(expected[-1], ids[index * BLOCK : (index + 1) * BLOCK]))
+    assert event["block_hashes"] == expected
+
+    longer = [
+        *first,
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "more " * 8},
+    ]
+    chat(sim, longer, cache_salt="tenant-a")
+
+    def continuations() -> list[dict[str, Any]]:
+        stored = events_of(replay_from(context, ports[1], 0), "BlockStored")
+        return [e for e in stored if e["parent_block_hash"] == expected[-1]]
+
+    wait_until(lambda: bool(continuations()), what="the continuation's BlockStored")
+    (continuation,) = continuations()  # chained onto the salted blocks, no salt of its own
+    assert continuation["extra_keys"] == [None] * len(continuation["block_hashes"])
+
+
+async def test_a_prefix_cached_before_the_subscriber_started_is_known_at_once(
+    sim: SimProcess, ports: tuple[int, int], context: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    content = "warm start: a prefix the replica cached before anyone listened " * 3
+    ids = prompt_ids(content)
+    await asyncio.to_thread(chat, sim, content)
+    await asyncio.to_thread(
+        wait_until, lambda: bool(stored_in_replay(context, ports[1], ids)), 10.0, "BlockStored"
+    )
+    index = PreciseIndex()
+    index.set_model("s0", MODEL)
+    request = block_hashes(ids, BLOCK, chain_seed(MODEL, None))
+    async with subscriber_for(ports, index) as subscriber:
+        await eventually(
+            lambda: index.match(request, now=0.0).get("s0") == len(request),
+            what="the cached prefix in the index",
+        )
+        # Known from the replay buffer: not one live message has arrived.
+        assert subscriber.stats.received == 0 and subscriber.stats.catch_ups == 1
+    assert index.match(block_hashes(ids, BLOCK, chain_seed(MODEL, "x")), now=0.0) == {}
+
+
+async def test_salted_chains_match_salted_requests_and_unsalted_ones_never(
+    sim: SimProcess, ports: tuple[int, int], context: zmq.Context[zmq.Socket[bytes]]
+) -> None:
+    first = [{"role": "user", "content": "tenant data: the salted prefix of a private prompt " * 2}]
+    ids = prompt_ids(first)
+    await asyncio.to_thread(chat, sim, first, cache_salt="tenant-a")  # before the subscriber
+    await asyncio.to_thread(
+        wait_until, lambda: bool(stored_in_replay(context, ports[1], ids)), 10.0, "BlockStored"
+    )
+    index = PreciseIndex()
+    index.set_model("s0", MODEL)
+
+    def matched(token_ids: list[int], salt: str | None) -> int:
+        hashes = block_hashes(token_ids, BLOCK, chain_seed(MODEL, salt))
+        return index.match(hashes, now=0.0).get("s0", 0)
+
+    async with subscriber_for(ports, index) as subscriber:
+        await eventually(
+            lambda: matched(ids, "tenant-a") == len(ids) // BLOCK,
+            what="the salted prefix in the index",
+        )
+        assert matched(ids, None) == 0 and matched(ids, "tenant-b") == 0
+        # Live now: a longer salted conversation extends the salted chain.
+        longer = [
+            *first,
+            {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": "and a follow-up question " * 2},
+        ]
+        longer_ids = prompt_ids(longer)
+        await asyncio.to_thread(chat, sim, longer, cache_salt="tenant-a")
+        await eventually(
+            lambda: matched(longer_ids, "tenant-a") == len(longer_ids) // BLOCK,
+            what="the salted continuation in the index",
+        )
+        assert subscriber.stats.received >= 1
+        assert matched(longer_ids, None) == 0
+    assert index.stats("s0").salted_roots >= 1

@@ -1,8 +1,9 @@
 """Decoding vLLM's KV-event messages, checked on bytes captured from vLLM 0.32 on CPU.
 
 The fixtures (``tests/fixtures/vllm/kv_events.json``, made by ``capture.py``
-there) hold the raw frames; the ``decoded`` copies beside them are only used
-to cross-check what our decoder makes of the bytes.
+there, and ``kv_events_salted.json`` of chats with ``cache_salt``, made by
+``capture_salt.py``) hold the raw frames; the ``decoded`` copies beside them
+are only used to cross-check what our decoder makes of the bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from engine.kv_events import (
     KVEventDecodeError,
+    cache_salt_of,
     decode_message,
     decode_payload,
     split_replay_reply,
@@ -188,3 +190,97 @@ def test_messages_must_have_three_frames_and_an_eight_byte_sequence() -> None:
         decode_message([b"kv", b"\x00" * 8])
     with pytest.raises(KVEventDecodeError):
         decode_message([b"kv", b"\x00", msgpack.packb([1.0, []])])
+
+
+# -- cache salts ---------------------------------------------------------------------------------
+
+
+@cache
+def captured_salted() -> dict[str, Any]:
+    return json.loads((FIXTURES / "kv_events_salted.json").read_text(encoding="utf-8"))
+
+
+def salted_batches() -> list[tuple[str, EventBatch]]:
+    return [(m["step"], decode_message(frames_of(m))) for m in captured_salted()["messages"]]
+
+
+def test_vllm_puts_the_cache_salt_in_extra_keys_of_a_requests_first_block_only() -> None:
+    """Captured from vLLM 0.32: ``extra_keys`` is ``[["tenant-a"], ...]`` on block 0."""
+    raw = [m["decoded"][1][0] for m in captured_salted()["messages"]]
+    assert raw[0]["extra_keys"] == [["tenant-a"]] and raw[0]["parent_block_hash"] is None
+    assert raw[1]["extra_keys"] == [None]  # the same chat without a salt
+    assert raw[2]["extra_keys"] == [None]  # salted chat, new block chained onto a cached one
+    assert raw[2]["parent_block_hash"] == raw[0]["block_hashes"][-1]
+    assert raw[3]["extra_keys"] == [["tenant-b"], None]
+    assert raw[4]["extra_keys"] == [["tenant-a"]]  # kv_cache_report_mode=full re-publishes the hit
+    assert raw[0]["block_hashes"] != raw[1]["block_hashes"]  # the salt is in vLLM's hash
+
+
+def test_the_salt_is_decoded_from_the_first_block() -> None:
+    events = []
+    for _, batch in salted_batches():
+        (event,) = batch.events
+        assert isinstance(event, BlockStored)
+        events.append(event)
+    assert [e.cache_salt for e in events] == ["tenant-a", None, None, "tenant-b", "tenant-a"]
+    prompts = captured_salted()["prompts"]
+    assert list(events[0].token_ids) == prompts["first"][:32]
+    assert list(events[3].token_ids) == prompts["second"][:64]
+    assert all(e.lora_name is None for e in events)
+
+
+# Encoded by vLLM 0.32's own msgspec encoder: a BlockStored of a LoRA request
+# with an image and prompt embeddings and cache_salt "tenant-a", its extra keys
+# made by ``generate_block_hash_extra_keys`` and ``to_event_extra_keys``:
+# [["adapter-x", ["img-1", 0], "tenant-a", b"\x07\x07"], ["adapter-x", ["img-1", -2]]].
+LORA_MM_SALTED = bytes.fromhex(
+    "93cb4004000000000000918aa474797065ab426c6f636b53746f726564ac626c6f636b5f686173686573926566"
+    "b1706172656e745f626c6f636b5f68617368c0a9746f6b656e5f6964739401020304aa626c6f636b5f73697a65"
+    "02a76c6f72615f696407a66d656469756da3475055a96c6f72615f6e616d65a9616461707465722d78aa657874"
+    "72615f6b6579739294a9616461707465722d7892a5696d672d3100a874656e616e742d61c402070792a9616461"
+    "707465722d7892a5696d672d31fea967726f75705f6964780000"
+)
+
+
+def test_the_salt_is_found_after_the_lora_name_and_multimodal_keys() -> None:
+    (event,) = decode_payload(LORA_MM_SALTED).events
+    assert isinstance(event, BlockStored)
+    assert event.lora_name == "adapter-x" and event.lora_id == 7
+    assert event.cache_salt == "tenant-a"
+
+
+@pytest.mark.parametrize(
+    ("extra_keys", "lora_name", "salt"),
+    [
+        (None, None, None),
+        ([], None, None),
+        ([None, ["later"]], None, None),  # only block 0 can carry the salt
+        ([["s"]], None, "s"),
+        ([["adapter"]], "adapter", None),  # a LoRA name is not a salt
+        ([["adapter", "adapter"]], "adapter", "adapter"),
+        ([[["img", 3], "s", b"\x01"]], None, "s"),
+        ([[["img", 3], b"\x01"]], None, None),
+        ([[{"type": "lora", "name": "a"}, {"type": "cache_salt", "salt": "s"}]], "a", "s"),
+        ([[{"type": "cache_salt", "salt": 1}]], None, None),
+        ([42], None, None),
+    ],
+)  # fmt: skip
+def test_cache_salt_of_reads_each_extra_key_shape(
+    extra_keys: Any, lora_name: str | None, salt: str | None
+) -> None:
+    assert cache_salt_of(extra_keys, lora_name) == salt
+
+
+def test_extra_keys_that_are_not_a_list_are_malformed() -> None:
+    payload = msgpack.packb([1.0, [{"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+                                    "token_ids": [1], "block_size": 1, "extra_keys": "salt"}]])  # fmt: skip
+    with pytest.raises(KVEventDecodeError):
+        decode_payload(payload)
+
+
+def test_array_form_with_lora_name_and_extra_keys() -> None:
+    payload = msgpack.packb(
+        [1.0, [["BlockStored", [5], None, [1, 2], 2, 3, "GPU", "ad", [["ad", "salt"]]]]]
+    )
+    (event,) = decode_payload(payload).events
+    assert event == BlockStored((5,), None, (1, 2), 2, 3, "GPU", "ad", "salt")

@@ -122,3 +122,27 @@ def test_ideal_bound_is_one_big_cache():
     request = RouteRequest(model="m", block_hashes=(1, 2), prompt_tokens=32)
     stream = [SimRequest(float(i), request) for i in range(4)]
     assert ideal_bound(stream, [ReplayReplica("a", 1), ReplayReplica("b", 1)]) == pytest.approx(0.75)
+
+
+def test_salted_requests_are_found_through_their_salted_events():
+    """A salted request's block 0 event carries the salt: precise (no speculation)
+    finds the blocks for the same salt only."""
+    tokens = tuple(range(1, 1 + 8 * BLOCK))
+
+    def request(index: int, salt: str | None) -> SimRequest:
+        hashes = tuple(block_hashes(tokens, BLOCK, chain_seed("m", salt)))
+        route = RouteRequest(model="m", block_hashes=hashes, prompt_tokens=len(tokens),
+                             block_size=BLOCK, request_id=str(index))  # fmt: skip
+        return SimRequest(float(index), route, 4, tokens, cache_salt=salt)
+
+    clock = ManualClock()
+    policy = default_registry(clock=clock).create("precise", {"speculative_ttl_seconds": 0})
+    for replica in REPLICAS:
+        policy.set_model(replica.id, "m")  # type: ignore[attr-defined]
+    stream = [request(0, "t"), request(1, "t"), request(2, None), request(3, "u")]
+    result = simulate(policy, stream, REPLICAS, clock, event_sink=policy.apply_events)  # type: ignore[attr-defined]
+    hits = sum(s.hit_tokens for s in result.replicas.values())
+    assert hits == len(tokens)  # the second "t" request went where its blocks were
+    assert result.reasons == {"hit": 1, "miss": 3}  # no salt and "u" found nothing
+    index = policy.index  # type: ignore[attr-defined]
+    assert sum(index.stats(r.id).salted_roots for r in REPLICAS) == 2
