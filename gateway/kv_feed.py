@@ -17,7 +17,7 @@ it is healthy again its still-cached blocks are fetched back; and batches
 that arrive before the replica's model is known are dropped, so once the
 model is known the buffer is fetched again.
 
-Only policies implementing ``policies.precise.KVEventConsumer`` get events;
+Only a policy with an event consumer (``Policy.event_consumer()``) gets events;
 with any other policy no subscriber is started.
 """
 
@@ -31,7 +31,6 @@ from engine.pool import ReplicaPool
 from engine.tasks import cancel
 from policies.base import Policy
 from policies.events import EventBatch
-from policies.precise import KVEventConsumer
 
 from .config import Settings
 
@@ -41,7 +40,7 @@ log = logging.getLogger("prefixgate.kv_feed")
 class KVFeed:
     def __init__(self, settings: Settings, pool: ReplicaPool, policy: Policy) -> None:
         self.pool = pool
-        self._consumer = policy if isinstance(policy, KVEventConsumer) else None
+        self._consumer = policy.event_consumer()
         self._seeded: set[str] = set()
         self._dropped: set[str] = set()
         self._resyncs: set[asyncio.Task[None]] = set()

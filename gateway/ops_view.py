@@ -3,9 +3,11 @@
 ``OpsView.payload()`` joins three sources, all read without awaiting:
 
 * the pool: configuration (id, url, model, kind), health, load, KV usage,
-  block size and capacity, the last probe error;
+  block size and capacity, KV cache dtype (``cache_dtype`` of the replica's
+  ``vllm:cache_config_info``; ``null`` when it publishes none), the last
+  probe error;
 * the policy's prefix index, when it has one: blocks the gateway believes
-  each replica holds (``policy.index.size(replica)``; ``null`` for policies
+  each replica holds (``policy.indexed_blocks(replica)``; ``null`` for policies
   without an index, such as ``least_load``);
 * the tokenizer each replica's model is rendered with (``tokenizer_provider``:
   ``{"source", "path"}``, see ``gateway.hashers``);
@@ -112,14 +114,6 @@ class OpsView:
                 for e in drift[:LATEST_DRIFT_EVENTS]],
         }
 
-    def indexed_blocks(self, replica_id: str) -> int | None:
-        """Blocks the policy's prefix index holds for the replica; None without an index."""
-        size = getattr(getattr(self.policy, "index", None), "size", None)
-        if not callable(size):
-            return None
-        value = size(replica_id)
-        return value if isinstance(value, int) else None
-
     def _replica(self, replica: Replica, stats: ReplicaStats, now: float,
                  tokenizers: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
         m = replica.metrics
@@ -142,7 +136,8 @@ class OpsView:
             "block_size": block_size,
             "capacity_blocks": capacity,
             "capacity_tokens": capacity * block_size if capacity is not None else None,
-            "indexed_blocks": self.indexed_blocks(replica.id),
+            "kv_cache_dtype": m.kv_cache_dtype,
+            "indexed_blocks": self.policy.indexed_blocks(replica.id),
             **_rates(stats.window, "1m"),
             **_rates(stats.total, "total"),
             "ttft_p50_1m_s": _round(stats.ttft_p50),

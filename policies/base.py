@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from .events import KVEventConsumer
 from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
 
 
@@ -31,6 +32,14 @@ class Policy(Protocol):
 
     def forget_replica(self, replica_id: str) -> None:
         """Drop all state about a replica (it went unhealthy or was removed)."""
+        ...
+
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        """Blocks the policy's prefix index holds for the replica; None without an index."""
+        ...
+
+    def event_consumer(self) -> KVEventConsumer | None:
+        """Where replicas' KV-cache events go, for a policy that learns from them."""
         ...
 
 

@@ -133,6 +133,12 @@ class Chwbl:
     def forget_replica(self, replica_id: str) -> None:
         return None
 
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        return None
+
+    def event_consumer(self) -> None:
+        return None
+
     def _build_ring(self, members: tuple[str, ...]) -> None:
         if members == self._ring_members:
             return

@@ -11,6 +11,7 @@ a map from engine hashes to ours. A salted request's first block carries its
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 EngineHash = int | bytes
 
@@ -53,3 +54,14 @@ class EventBatch:
     timestamp: float
     events: tuple[KVEvent, ...]
     data_parallel_rank: int | None = None
+
+
+class KVEventConsumer(Protocol):
+    """What a policy that learns from KV events offers the event subscriber
+    (``Policy.event_consumer``; the precise index)."""
+
+    def set_model(self, replica_id: str, model: str, lora_id: int | None = None) -> None: ...
+
+    def set_seed(self, replica_id: str, seed: int, lora_id: int | None = None) -> None: ...
+
+    def apply_events(self, replica_id: str, update: EventBatch | KVEvent) -> None: ...

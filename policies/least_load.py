@@ -57,3 +57,9 @@ class LeastLoad:
 
     def forget_replica(self, replica_id: str) -> None:
         return None
+
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        return None
+
+    def event_consumer(self) -> None:
+        return None

@@ -23,10 +23,10 @@ def parse_options(config_cls: type[T], options: Mapping[str, Any], policy: str) 
         default = fields[name].default
         if isinstance(default, bool):
             if not isinstance(value, bool):
-                raise ValueError(f"policy {policy!r}: option {name} must be true or false")
+                raise ValueError(f"policy {policy!r}: option {name} must be true or false")  # noqa: TRY004 (a config error)
         elif isinstance(default, (int, float)) and not isinstance(value, bool):
             if not isinstance(value, (int, float)):
-                raise ValueError(f"policy {policy!r}: option {name} must be a number")
+                raise ValueError(f"policy {policy!r}: option {name} must be a number")  # noqa: TRY004
             value = type(default)(value)
         values[name] = value
     return config_cls(**values)

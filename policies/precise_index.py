@@ -178,6 +178,10 @@ class PreciseIndex:
         else:
             self._apply_event(replica_id, update, None)
 
+    def apply_events(self, replica_id: str, update: EventBatch | KVEvent) -> None:
+        """The ``KVEventConsumer`` name of :meth:`apply`."""
+        self.apply(replica_id, update)
+
     def _apply_event(self, replica_id: str, event: KVEvent, rank: int | None) -> None:
         cache = self._cache(replica_id)
         if isinstance(event, BlockStored):
@@ -295,6 +299,18 @@ class PreciseIndex:
     def clear(self, replica_id: str) -> None:
         """Drop a replica's blocks and counters (it went unhealthy); seeds and models are kept."""
         self._replicas.pop(replica_id, None)
+
+    # -- the PrefixIndex interface (policies.index) -----------------------
+
+    def record(self, replica_id: str, block_hashes: Sequence[int], now: float) -> None:
+        """The gateway routed these blocks there: speculative until events confirm them."""
+        self.speculate(replica_id, block_hashes, now)
+
+    def set_capacity(self, replica_id: str, blocks: int) -> None:
+        """Nothing to size: the engine's own events say what it holds and evicts."""
+
+    def forget_replica(self, replica_id: str) -> None:
+        self.clear(replica_id)
 
     def _cache(self, replica_id: str) -> _ReplicaCache:
         cache = self._replicas.get(replica_id)

@@ -110,6 +110,10 @@ class ApproximatePrefixIndex:
         self._entries.pop(replica_id, None)
         self._holes.discard(replica_id)
 
+    def forget_replica(self, replica_id: str) -> None:
+        """The ``PrefixIndex`` name of :meth:`clear`."""
+        self.clear(replica_id)
+
     def expire(self, now: float) -> int:
         """Drop stale entries of every replica; returns how many were dropped."""
         return sum(self._drop_stale(entries, now) for entries in self._entries.values())
@@ -131,7 +135,7 @@ class ApproximatePrefixIndex:
                     touched = get(block_hash)
                     if touched is None or touched < cutoff:
                         break
-                    run += 1
+                    run += 1  # noqa: SIM113 (stops at the first miss)
             else:
                 # The largest run whose last block is held and fresh (monotone, see above).
                 run, high = 0, len(block_hashes)

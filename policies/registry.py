@@ -12,8 +12,10 @@ from typing import Any
 from .base import Policy, Registry
 from .chwbl import Chwbl
 from .least_load import LeastLoad
-from .precise import PrecisePolicy
-from .prefix import PrefixPolicy
+from .precise import NAME as PRECISE
+from .precise import precise_policy
+from .prefix import NAME as PREFIX
+from .prefix import prefix_policy
 from .round_robin import RoundRobin
 
 
@@ -32,11 +34,11 @@ def default_registry(clock: Callable[[], float] | None = None) -> Registry:
         return clock
 
     def prefix(options: Mapping[str, Any]) -> Policy:
-        return PrefixPolicy.from_options(options, clock=needs_clock(PrefixPolicy.name))
+        return prefix_policy(options, clock=needs_clock(PREFIX))
 
     def precise(options: Mapping[str, Any]) -> Policy:
-        return PrecisePolicy.from_options(options, clock=needs_clock(PrecisePolicy.name))
+        return precise_policy(options, clock=needs_clock(PRECISE))
 
-    registry.register(PrefixPolicy.name, prefix)
-    registry.register(PrecisePolicy.name, precise)
+    registry.register(PREFIX, prefix)
+    registry.register(PRECISE, precise)
     return registry

@@ -51,3 +51,9 @@ class RoundRobin:
 
     def forget_replica(self, replica_id: str) -> None:
         return None
+
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        return None
+
+    def event_consumer(self) -> None:
+        return None

@@ -5,7 +5,8 @@ Entries older than ``ttl_seconds`` are ignored by :meth:`SessionTable.get`
 and dropped by :meth:`SessionTable.remember`; beyond ``max_sessions`` the
 least recently seen session is forgotten. The table only *remembers*; how
 much a remembered replica is preferred is the scorer's business
-(:mod:`policies.scoring`), which never lets it override health or load.
+(:mod:`policies.cost_scorer`, :mod:`policies.threshold_scorer`), which never lets it
+override health or load.
 
 Parameters:
 

@@ -16,7 +16,7 @@ policy ``pick``s a replica from views built from the modeled replicas, then
   running + waiting, ``running``, ``waiting`` and ``kv_usage`` = blocks of
   running requests / capacity.
 
-When an ``event_sink`` is given (e.g. ``PrecisePolicy.apply_events``), each
+When an ``event_sink`` is given (e.g. ``policy.event_consumer().apply_events``), each
 replica publishes vLLM-shaped KV events — ``BlockStored`` for newly cached
 blocks (engine hashes in a key space of their own; token ids taken from
 ``SimRequest.token_ids``; a salted request's block 0 carries its

@@ -9,9 +9,10 @@ import pytest
 from engine.pool import HealthListener
 from gateway.config import load_settings
 from gateway.kv_feed import KVFeed
+from policies.cache_aware import CacheAwarePolicy
 from policies.events import BlockStored, EventBatch
 from policies.hashing import block_hashes, chain_seed
-from policies.precise import PrecisePolicy
+from policies.precise import precise_policy
 
 
 @dataclass
@@ -41,7 +42,7 @@ def salted_batch(seq: int) -> EventBatch:
 
 
 @pytest.fixture
-def feed() -> tuple[KVFeed, FakePool, PrecisePolicy, list[str]]:
+def feed() -> tuple[KVFeed, FakePool, CacheAwarePolicy, list[str]]:
     settings = load_settings(
         overrides={
             "policy": "precise",
@@ -51,7 +52,7 @@ def feed() -> tuple[KVFeed, FakePool, PrecisePolicy, list[str]]:
         env={},
     )  # fmt: skip
     pool = FakePool()
-    policy = PrecisePolicy(clock=lambda: 0.0)
+    policy = precise_policy(clock=lambda: 0.0)
     kv_feed = KVFeed(settings, pool, policy)  # type: ignore[arg-type]
     resyncs: list[str] = []
     (subscriber,) = kv_feed.subscribers

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from policies.events import BlockStored, EventBatch
+from policies.cache_aware import CacheAwarePolicy
+from policies.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
 from policies.hashing import block_hashes, chain_seed
-from policies.precise import KVEventConsumer, PrecisePolicy
 from policies.registry import default_registry
 from policies.simulate import ManualClock
 from policies.types import Decision, ReplicaView, RouteRequest
@@ -20,17 +20,19 @@ def prompt(tokens: list[int]) -> RouteRequest:
     )
 
 
-def route(policy: PrecisePolicy, request: RouteRequest) -> Decision:
+def route(policy: CacheAwarePolicy, request: RouteRequest) -> Decision:
     decision = policy.pick(request, IDLE)
     policy.observe(request, decision)
     return decision
 
 
-def make(clock: ManualClock, **options: object) -> PrecisePolicy:
+def make(clock: ManualClock, **options: object) -> CacheAwarePolicy:
     policy = default_registry(clock=clock).create("precise", options)
-    assert isinstance(policy, PrecisePolicy)
+    assert isinstance(policy, CacheAwarePolicy)
+    events = policy.event_consumer()
+    assert events is not None
     for replica in IDLE:
-        policy.set_seed(replica.id, SEED)
+        events.set_model(replica.id, "m")
     return policy
 
 
@@ -42,7 +44,9 @@ def test_events_steer_requests_to_the_replica_that_stored_the_prefix():
         token_ids=tuple(TOKENS[: 16 * 20]),
         block_size=16,
     )
-    policy.apply_events("b", EventBatch(seq=0, timestamp=0.0, events=(stored,)))
+    events = policy.event_consumer()
+    assert events is not None
+    events.apply_events("b", EventBatch(seq=0, timestamp=0.0, events=(stored,)))
     for _ in range(3):
         decision = route(policy, prompt(TOKENS))
         assert (decision.replica_id, decision.reason) == ("b", "hit")
@@ -67,6 +71,24 @@ def test_forget_replica_clears_its_blocks():
     assert policy.pick(prompt(TOKENS), IDLE).matched_blocks[home] == 0
 
 
-def test_it_offers_the_event_consumer_interface():
-    policy = make(ManualClock())
-    assert isinstance(policy, KVEventConsumer)
+def test_events_of_a_removal_and_a_clear_take_the_prefix_away():
+    policy = make(ManualClock(), speculative_ttl_seconds=0.0)
+    events = policy.event_consumer()
+    assert events is not None
+    engine_hashes = tuple(range(900, 920))
+    stored = BlockStored(block_hashes=engine_hashes, parent_block_hash=None,
+                         token_ids=tuple(TOKENS[: 16 * 20]), block_size=16)
+    events.apply_events("b", EventBatch(seq=0, timestamp=0.0, events=(stored,)))
+    assert route(policy, prompt(TOKENS)).replica_id == "b"
+    events.apply_events("b", EventBatch(seq=1, timestamp=0.0, events=(
+        BlockRemoved(block_hashes=engine_hashes[10:]),)))
+    assert policy.pick(prompt(TOKENS), IDLE).matched_blocks["b"] == 10
+    events.apply_events("b", EventBatch(seq=2, timestamp=0.0, events=(AllBlocksCleared(),)))
+    assert policy.pick(prompt(TOKENS), IDLE).reason == "miss"
+    assert policy.indexed_blocks("b") == 0
+
+
+def test_load_only_policies_take_no_events():
+    for name in ("round_robin", "least_load", "chwbl"):
+        policy = default_registry(clock=ManualClock()).create(name)
+        assert policy.event_consumer() is None and policy.indexed_blocks("a") is None

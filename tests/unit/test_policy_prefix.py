@@ -1,10 +1,11 @@
-"""prefix: the approximate index plus the shared scoring, as the gateway drives it."""
+"""prefix: the cache-aware policy on the approximate index, as the gateway drives it."""
 
 from __future__ import annotations
 
 import pytest
 
-from policies.prefix import PrefixPolicy
+from policies.cache_aware import CacheAwarePolicy
+from policies.prefix import prefix_policy
 from policies.registry import default_registry
 from policies.simulate import ManualClock
 from policies.types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
@@ -16,7 +17,7 @@ def prompt(*hashes: int, session: str | None = None) -> RouteRequest:
     )
 
 
-def route(policy: PrefixPolicy, request: RouteRequest, replicas: list[ReplicaView]) -> Decision:
+def route(policy: CacheAwarePolicy, request: RouteRequest, replicas: list[ReplicaView]) -> Decision:
     decision = policy.pick(request, replicas)
     policy.observe(request, decision)
     return decision
@@ -27,7 +28,7 @@ SYSTEM = tuple(range(1000, 1060))
 
 
 def test_requests_sharing_a_prefix_follow_the_first():
-    policy = PrefixPolicy(clock=ManualClock())
+    policy = prefix_policy(clock=ManualClock())
     first = route(policy, prompt(*SYSTEM, 1), IDLE)
     assert first.reason == "miss"
     for tail in range(2, 8):
@@ -40,25 +41,24 @@ def test_requests_sharing_a_prefix_follow_the_first():
 
 def test_index_entries_age_out():
     clock = ManualClock()
-    policy = PrefixPolicy.from_options({"index_ttl_seconds": 5.0}, clock=clock)
+    policy = prefix_policy({"index_ttl_seconds": 5.0}, clock=clock)
     first = route(policy, prompt(*SYSTEM), IDLE)
     clock.now = 6.0
     assert policy.pick(prompt(*SYSTEM), IDLE).matched_blocks[first.replica_id] == 0
 
 
 def test_capacity_comes_from_the_replica_views():
-    policy = PrefixPolicy(clock=ManualClock())
+    policy = prefix_policy(clock=ManualClock())
     small = [ReplicaView(id="a", block_capacity=10)]
     route(policy, prompt(*SYSTEM), small)
-    assert policy.index.capacity("a") == 10
-    assert policy.index.size("a") == 10
+    assert policy.indexed_blocks("a") == 10  # the LRU holds what the replica can
     assert policy.pick(prompt(*SYSTEM), small).matched_blocks["a"] == 10
 
 
 def test_same_clock_same_decisions():
     def run() -> list[tuple[str, str]]:
         clock = ManualClock()
-        policy = PrefixPolicy(clock=clock)
+        policy = prefix_policy(clock=clock)
         out = []
         for step in range(40):
             clock.now = step * 0.5
@@ -71,7 +71,7 @@ def test_same_clock_same_decisions():
 
 
 def test_a_hot_replica_sheds_its_prefix_and_the_decision_says_why():
-    policy = PrefixPolicy(clock=ManualClock())
+    policy = prefix_policy(clock=ManualClock())
     home = route(policy, prompt(*SYSTEM), IDLE).replica_id
     hot = [ReplicaView(id=r.id, inflight=40, waiting=20) if r.id == home else r for r in IDLE]
     decision = policy.pick(prompt(*SYSTEM), hot)
@@ -81,7 +81,7 @@ def test_a_hot_replica_sheds_its_prefix_and_the_decision_says_why():
 
 
 def test_session_affinity_follows_the_session():
-    policy = PrefixPolicy.from_options({"session_affinity": True}, clock=ManualClock())
+    policy = prefix_policy({"session_affinity": True}, clock=ManualClock())
     first = route(policy, prompt(1, session="s"), IDLE)
     busier = [ReplicaView(id=r.id, inflight=1 if r.id == first.replica_id else 0) for r in IDLE]
     again = route(policy, prompt(2, session="s"), busier)
@@ -89,15 +89,16 @@ def test_session_affinity_follows_the_session():
 
 
 def test_forget_replica_drops_what_was_learned():
-    policy = PrefixPolicy.from_options({"session_affinity": True}, clock=ManualClock())
+    policy = prefix_policy({"session_affinity": True}, clock=ManualClock())
     home = route(policy, prompt(*SYSTEM, session="s"), IDLE).replica_id
     policy.forget_replica(home)
-    assert policy.index.size(home) == 0
-    assert policy.sessions.get("s", now=0.0) is None
+    assert policy.indexed_blocks(home) == 0
+    # the session starts over: it no longer prefers the forgotten replica
+    assert route(policy, prompt(99, session="s"), IDLE).reason != "session"
 
 
 def test_no_healthy_replica_raises():
-    policy = PrefixPolicy(clock=ManualClock())
+    policy = prefix_policy(clock=ManualClock())
     with pytest.raises(NoReplicaAvailable):
         policy.pick(prompt(1), [ReplicaView(id="a", healthy=False)])
 
@@ -107,7 +108,12 @@ def test_registry_builds_it_with_a_clock_and_strict_options():
     policy = default_registry(clock=clock).create(
         "prefix", {"scorer": "threshold", "cache_threshold": 0.3}
     )
-    assert isinstance(policy, PrefixPolicy) and policy.config.cache_threshold == 0.3
+    assert isinstance(policy, CacheAwarePolicy) and policy.scorer.name == "threshold"
+    # 0.3 of the prompt matched is over the threshold: a hit, even on a busier replica
+    home = route(policy, prompt(*SYSTEM[:20], 1), IDLE).replica_id
+    busier = [ReplicaView(id=r.id, inflight=3 if r.id == home else 0) for r in IDLE]
+    shorter = prompt(*SYSTEM[:20], *range(2, 40))
+    assert policy.pick(shorter, busier).replica_id == home
     with pytest.raises(ValueError, match="unknown option"):
         default_registry(clock=clock).create("prefix", {"cache_treshold": 0.3})
     with pytest.raises(ValueError, match="needs a clock"):

@@ -1,12 +1,17 @@
-"""The shared scoring rules: cost (TTFT estimate) and threshold (sgl-router style)."""
+"""The two scorers: cost (TTFT estimate) and threshold (sgl-router style)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from policies.scoring import ScoringConfig, decide, estimated_ttft
+from policies.cost_scorer import CostConfig, CostScorer, estimated_ttft
+from policies.registry import default_registry
+from policies.scoring import Candidates
 from policies.sessions import SessionTable
-from policies.types import ReplicaView, RouteRequest
+from policies.threshold_scorer import ThresholdConfig, ThresholdScorer
+from policies.types import Decision, ReplicaView, RouteRequest
 
 PROMPT = RouteRequest(model="m", block_hashes=tuple(range(64)), prompt_tokens=1030, block_size=16)
 
@@ -15,8 +20,20 @@ def replica(rid: str, **load: float) -> ReplicaView:
     return ReplicaView(id=rid, **load)  # type: ignore[arg-type]
 
 
+def decide(request: RouteRequest, replicas: list[ReplicaView], matched: dict[str, int],
+           session: str | None, options: dict[str, Any], rotation: int) -> Decision:
+    """What a cache-aware policy with these options decides (its session lookup given)."""
+    options = dict(options)
+    kind = options.pop("scorer", "cost")
+    affinity = options.pop("session_affinity", False)
+    scorer = (CostScorer(CostConfig(**options)) if kind == "cost"
+              else ThresholdScorer(ThresholdConfig(**options)))
+    return scorer.rank(request, Candidates.of(replicas, matched,
+                                              session if affinity else None, rotation))
+
+
 def test_cost_is_queue_plus_uncached_prefill_plus_kv_pressure():
-    config = ScoringConfig()
+    config = CostConfig()
     idle = replica("a")
     assert estimated_ttft(idle, 0, PROMPT, config) == pytest.approx(1030 * 1e-4)
     assert estimated_ttft(idle, 64, PROMPT, config) == pytest.approx(6 * 1e-4)
@@ -27,7 +44,7 @@ def test_cost_is_queue_plus_uncached_prefill_plus_kv_pressure():
 
 def test_cost_keeps_affinity_under_moderate_load():
     replicas = [replica("a", inflight=6), replica("b", inflight=2), replica("c", inflight=3)]
-    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    decision = decide(PROMPT, replicas, {"a": 64}, None, {}, rotation=0)
     assert decision.replica_id == "a"
     assert decision.reason == "hit"
     assert decision.fallbacks == ("b", "c")
@@ -36,7 +53,7 @@ def test_cost_keeps_affinity_under_moderate_load():
 
 def test_cost_moves_off_a_hot_replica():
     replicas = [replica("a", inflight=30, running=20, waiting=10), replica("b", inflight=2)]
-    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    decision = decide(PROMPT, replicas, {"a": 64}, None, {}, rotation=0)
     assert decision.replica_id == "b"
     assert decision.reason == "load-fallback"
     assert decision.fallbacks == ("a",)
@@ -44,19 +61,19 @@ def test_cost_moves_off_a_hot_replica():
 
 def test_cost_avoids_a_replica_whose_kv_cache_is_full():
     replicas = [replica("a", kv_usage=1.0), replica("b", inflight=3)]
-    decision = decide(PROMPT, replicas, {"a": 64}, None, ScoringConfig(), rotation=0)
+    decision = decide(PROMPT, replicas, {"a": 64}, None, {}, rotation=0)
     assert decision.replica_id == "b"
 
 
 def test_equal_replicas_take_turns():
     replicas = [replica("a"), replica("b"), replica("c")]
-    chosen = [decide(PROMPT, replicas, {}, None, ScoringConfig(), rotation=i) for i in range(6)]
+    chosen = [decide(PROMPT, replicas, {}, None, {}, rotation=i) for i in range(6)]
     assert [d.replica_id for d in chosen] == ["a", "b", "c", "a", "b", "c"]
     assert {d.reason for d in chosen} == {"miss"}
 
 
 def test_session_discount_decides_close_calls_only():
-    config = ScoringConfig(session_affinity=True)
+    config = {"session_affinity": True}
     replicas = [replica("a", inflight=2), replica("b", inflight=1)]
     close = decide(PROMPT, replicas, {}, "a", config, rotation=0)
     assert (close.replica_id, close.reason) == ("a", "session")
@@ -64,12 +81,12 @@ def test_session_discount_decides_close_calls_only():
     assert decide(PROMPT, overloaded, {}, "a", config, rotation=0).replica_id == "b"
     unhealthy = [replica("a", healthy=False), replica("b", inflight=1)]
     assert decide(PROMPT, unhealthy, {}, "a", config, rotation=0).order == ("b",)
-    off = decide(PROMPT, replicas, {}, "a", ScoringConfig(), rotation=0)
+    off = decide(PROMPT, replicas, {}, "a", {}, rotation=0)
     assert off.replica_id == "b"
 
 
 def test_threshold_routes_hits_to_the_best_match():
-    config = ScoringConfig(scorer="threshold")
+    config = {"scorer": "threshold"}
     replicas = [replica("a", inflight=9), replica("b", inflight=2), replica("c")]
     decision = decide(PROMPT, replicas, {"a": 60, "b": 10}, None, config, rotation=0)
     assert (decision.replica_id, decision.reason) == ("a", "hit")
@@ -78,17 +95,17 @@ def test_threshold_routes_hits_to_the_best_match():
 
 
 def test_threshold_sends_small_matches_to_the_least_loaded():
-    config = ScoringConfig(scorer="threshold")
+    config = {"scorer": "threshold"}
     replicas = [replica("a", inflight=9), replica("b", inflight=2)]
     decision = decide(PROMPT, replicas, {"a": 20}, None, config, rotation=0)
     assert (decision.replica_id, decision.reason) == ("b", "miss")
-    with_session = ScoringConfig(scorer="threshold", session_affinity=True)
+    with_session = {"scorer": "threshold", "session_affinity": True}
     decision = decide(PROMPT, replicas, {"a": 20}, "a", with_session, rotation=0)
     assert (decision.replica_id, decision.reason) == ("a", "session")
 
 
 def test_threshold_balances_when_load_is_imbalanced():
-    config = ScoringConfig(scorer="threshold")
+    config = {"scorer": "threshold"}
     replicas = [replica("a", inflight=100), replica("b", inflight=30)]
     decision = decide(PROMPT, replicas, {"a": 64}, None, config, rotation=0)
     assert (decision.replica_id, decision.reason) == ("b", "load-fallback")
@@ -97,12 +114,20 @@ def test_threshold_balances_when_load_is_imbalanced():
 
 
 def test_config_is_validated():
+    registry = default_registry(clock=lambda: 0.0)
+    with pytest.raises(ValueError, match="scorer must be one of"):
+        registry.create("prefix", {"scorer": "fastest"})
     with pytest.raises(ValueError):
-        ScoringConfig(scorer="fastest")
+        registry.create("prefix", {"prefill_seconds_per_token": -1.0})
     with pytest.raises(ValueError):
-        ScoringConfig(prefill_seconds_per_token=-1.0)
-    with pytest.raises(ValueError):
-        ScoringConfig(kv_pressure_threshold=1.0)
+        registry.create("precise", {"kv_pressure_threshold": 1.0})
+    # each scorer takes only its own options
+    with pytest.raises(ValueError, match="unknown option.*cache_threshold"):
+        registry.create("prefix", {"cache_threshold": 0.3})
+    with pytest.raises(ValueError, match="unknown option.*running_request_seconds"):
+        registry.create("prefix", {"scorer": "threshold", "running_request_seconds": 0.1})
+    with pytest.raises(ValueError, match="unknown option.*index_ttl_seconds"):
+        registry.create("precise", {"index_ttl_seconds": 5.0})
 
 
 def test_session_table_is_bounded_and_ages():

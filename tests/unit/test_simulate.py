@@ -55,10 +55,11 @@ def run(name: str, stream: list[SimRequest], **options: object) -> SimResult:
     clock = ManualClock()
     policy = default_registry(clock=clock).create(name, options)
     sink = None
-    if name == "precise":
+    events = policy.event_consumer()
+    if events is not None:
         for replica in REPLICAS:
-            policy.set_seed(replica.id, SEED)  # type: ignore[attr-defined]
-        sink = policy.apply_events  # type: ignore[attr-defined]
+            events.set_seed(replica.id, SEED)
+        sink = events.apply_events
     return simulate(policy, stream, REPLICAS, clock, event_sink=sink)
 
 
@@ -137,12 +138,13 @@ def test_salted_requests_are_found_through_their_salted_events():
 
     clock = ManualClock()
     policy = default_registry(clock=clock).create("precise", {"speculative_ttl_seconds": 0})
+    events = policy.event_consumer()
+    assert events is not None
     for replica in REPLICAS:
-        policy.set_model(replica.id, "m")  # type: ignore[attr-defined]
+        events.set_model(replica.id, "m")
     stream = [request(0, "t"), request(1, "t"), request(2, None), request(3, "u")]
-    result = simulate(policy, stream, REPLICAS, clock, event_sink=policy.apply_events)  # type: ignore[attr-defined]
+    result = simulate(policy, stream, REPLICAS, clock, event_sink=events.apply_events)
     hits = sum(s.hit_tokens for s in result.replicas.values())
     assert hits == len(tokens)  # the second "t" request went where its blocks were
     assert result.reasons == {"hit": 1, "miss": 3}  # no salt and "u" found nothing
-    index = policy.index  # type: ignore[attr-defined]
-    assert sum(index.stats(r.id).salted_roots for r in REPLICAS) == 2
+    assert sum(events.stats(r.id).salted_roots for r in REPLICAS) == 2  # type: ignore[attr-defined]

@@ -1,0 +1,118 @@
+"""``cost`` scorer (the default): estimated time to first token, lowest wins.
+
+::
+
+    ttft(r) = running(r) * running_request_seconds
+            + waiting(r) * waiting_request_seconds
+            + uncached_tokens(r) * prefill_seconds_per_token
+            + kv_pressure(r) * kv_pressure_seconds
+            - session_affinity_seconds   (only the session's last replica)
+
+``uncached_tokens = prompt_tokens - matched(r) * block_size``: what the
+replica must prefill. ``waiting`` is the engine's queue: each waiting request
+is prefilled before ours. ``running`` is the rest of the replica's
+outstanding work (``ReplicaView.running_load``: the gateway's own in-flight
+count is fresher than the last scrape, so a burst raises the cost at once);
+each running request slows the shared engine steps a little.
+``kv_pressure`` rises linearly from 0 at ``kv_pressure_threshold`` KV usage
+to 1 at full: a nearly full cache makes the engine queue, preempt and evict.
+The trade-off is explicit: with the defaults a cached 1,000-token prefix is
+worth 50 more running requests or one more waiting request. Equal costs are
+broken by the rotating turn, so identical replicas share load.
+
+Reasons: ``session`` (the affinity discount decided), ``miss`` (no replica
+holds any of the prompt), ``hit`` (the chosen replica holds the best match),
+``load-fallback`` (a better match was passed over for load). Scores are the
+estimated TTFT in seconds.
+
+Options (``policy_options`` of ``prefix`` / ``precise`` with ``scorer: cost``):
+
+* ``prefill_seconds_per_token`` (default 0.0001): prefill time per uncached
+  token, i.e. 10k tokens/s.
+* ``running_request_seconds`` (default 0.002): TTFT added per running
+  request. A running request slows each engine step by about one decode slot
+  (a few milliseconds at most on a GPU, 0.2 ms in the simulator's default
+  model); it does not delay our prefill the way a waiting request does. With
+  0.01 the side-by-side shared-prefix benchmark lost 3.5 points of hit rate
+  and had a worse TTFT p99 than with 0.002 (BENCHMARKS.md): affinity was
+  given up for load differences that cost less than the prefill it caused.
+* ``waiting_request_seconds`` (default 0.1): TTFT added per waiting request
+  (about the prefill of a 1,000-token prompt).
+* ``kv_pressure_threshold`` (default 0.9): KV usage where pressure starts.
+* ``kv_pressure_seconds`` (default 1.0): TTFT added at 100% KV usage.
+* ``session_affinity_seconds`` (default 0.02): the discount for the
+  session's last replica, about 200 tokens of prefill: a tie-breaker. The
+  index already sends a turn to the replica holding its history; in replays
+  of multi-turn chats a large discount (0.25) cost 11 points of hit rate by
+  pinning sessions to replicas whose copy of the history was evicted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .scoring import Candidates, prompt_token_count
+from .types import Decision, ReplicaView, RouteRequest
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    prefill_seconds_per_token: float = 0.0001
+    running_request_seconds: float = 0.002
+    waiting_request_seconds: float = 0.1
+    kv_pressure_threshold: float = 0.9
+    kv_pressure_seconds: float = 1.0
+    session_affinity_seconds: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("prefill_seconds_per_token", "running_request_seconds",
+                     "waiting_request_seconds", "kv_pressure_seconds",
+                     "session_affinity_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must not be negative")
+        if not 0.0 <= self.kv_pressure_threshold < 1.0:
+            raise ValueError("kv_pressure_threshold must be in [0, 1)")
+
+
+def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequest,
+                   config: CostConfig) -> float:
+    """The cost of sending ``request`` to ``replica`` without the session discount, in seconds."""
+    prompt_tokens = prompt_token_count(request)
+    cached_tokens = min(prompt_tokens, matched_blocks * request.block_size)
+    prefill = (prompt_tokens - cached_tokens) * config.prefill_seconds_per_token
+    queue = (replica.running_load * config.running_request_seconds
+             + replica.waiting * config.waiting_request_seconds)
+    headroom = 1.0 - config.kv_pressure_threshold
+    pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
+    return queue + prefill + pressure * config.kv_pressure_seconds
+
+
+class CostScorer:
+    name = "cost"
+
+    def __init__(self, config: CostConfig) -> None:
+        self.config = config
+
+    def rank(self, request: RouteRequest, candidates: Candidates) -> Decision:
+        matched, turn = candidates.matched, candidates.turn
+        base = {r.id: estimated_ttft(r, matched[r.id], request, self.config)
+                for r in candidates.replicas}
+        cost = dict(base)
+        session = candidates.session_replica
+        if session is not None:
+            cost[session] -= self.config.session_affinity_seconds
+        ranked = sorted(candidates.replicas, key=lambda r: (cost[r.id], turn[r.id]))
+        chosen = ranked[0].id
+        best_match = max(matched.values())
+        without_session = min(candidates.replicas, key=lambda r: (base[r.id], turn[r.id])).id
+        if chosen == session and without_session != chosen:
+            reason = "session"
+        elif best_match == 0:
+            reason = "miss"
+        elif matched[chosen] == best_match:
+            reason = "hit"
+        else:
+            reason = "load-fallback"
+        return Decision(replica_id=chosen, reason=reason,
+                        fallbacks=tuple(r.id for r in ranked[1:]), matched_blocks=matched,
+                        scores=cost)
