@@ -118,7 +118,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers)])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         ops = OpsStats()
-        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops).record)
+        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops))
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn))
         state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops,

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -38,17 +39,23 @@ log = logging.getLogger("prefixgate.proxy")
 _PASS_RESPONSE_HEADERS = ("content-type",)
 
 
-Record = Callable[[Exchange], None]
-"""Called once per exchange when it is over (``gateway.recorder.Recorder.record``)."""
+class Recorder(Protocol):
+    """What the proxy tells about an exchange (``gateway.recorder.Recorder``)."""
+
+    def sending(self, exchange: Exchange, replica_id: str) -> None:
+        """The request is about to go to ``replica_id`` (each attempt)."""
+
+    def record(self, exchange: Exchange) -> None:
+        """The exchange is over: answered, failed or abandoned (once)."""
 
 
 class Proxy:
     def __init__(self, pool: ReplicaPool, metrics: GatewayMetrics, max_attempts: int,
-                 record: Record, clock: Callable[[], float] = time.perf_counter) -> None:
+                 recorder: Recorder, clock: Callable[[], float] = time.perf_counter) -> None:
         self.pool = pool
         self.metrics = metrics
         self.max_attempts = max_attempts
-        self.record = record
+        self.recorder = recorder
         self.clock = clock
 
     async def forward(self, exchange: Exchange) -> Response | RelayStream:
@@ -63,6 +70,7 @@ class Proxy:
             outcome.attempts += 1
             stack = contextlib.ExitStack()
             stack.enter_context(self.pool.lease(replica_id))
+            self.recorder.sending(exchange, replica_id)
             try:
                 upstream = await self.pool.get(replica_id).backend.send(path, body, headers)
                 if exchange.stream and upstream.status_code == 200:
@@ -81,7 +89,7 @@ class Proxy:
                     stack.close()
                     outcome.replica_id, outcome.status = replica_id, 499
                     outcome.error = "client disconnected"
-                    self.record(exchange)
+                    self.recorder.record(exchange)
                     return Response(status_code=499)
             except EngineError as exc:
                 stack.close()
@@ -99,7 +107,7 @@ class Proxy:
             if upstream.status_code == 200:
                 outcome.usage = usage_from_json(payload)
                 outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
-            self.record(exchange)
+            self.recorder.record(exchange)
             return Response(payload, status_code=upstream.status_code,
                             headers=self._headers(upstream, exchange, replica_id))
         message = last_error.detail if last_error else "no replica could be tried"
@@ -155,7 +163,7 @@ class Proxy:
                     self.pool.report_failure(replica_id, error.detail)
                 elif error is not None:
                     outcome.error = "client disconnected"
-                self.record(exchange)
+                self.recorder.record(exchange)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
                            observer.feed, finish, first_sent)
