@@ -91,7 +91,7 @@ class GatewayApp(FastAPI):
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
     # Built here so that a wrong policy or option fails at start-up, not on a request.
-    policy = default_registry(clock=time.monotonic).create(settings.policy,
+    policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
 
     @contextlib.asynccontextmanager

@@ -171,7 +171,9 @@ class EmbeddedSettings(Strict):
 class Settings(Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    policy: str = "prefix"
+    policy: str = "auto"
+    """A policy name, or ``auto``: ``precise`` when every replica publishes KV events
+    (``kv_events`` set, or in-process), else ``prefix``."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     replicas: list[ReplicaSettings] = Field(default_factory=list)
     models: list[ModelSettings] = Field(default_factory=list)
@@ -195,6 +197,13 @@ class Settings(Strict):
 
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
+
+    def policy_name(self) -> str:
+        """The policy ``auto`` stands for with these replicas, or the one named."""
+        if self.policy != "auto":
+            return self.policy
+        with_events = [r.kv_events is not None or r.kind == "inprocess" for r in self.replicas]
+        return "precise" if with_events and all(with_events) else "prefix"
 
 
 _ENV_SCALARS = {

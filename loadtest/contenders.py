@@ -50,7 +50,7 @@ from .sims import SimReplica
 
 PREFIXGATE_POLICIES = ("round_robin", "least_load", "chwbl", "prefix", "precise")
 VLLM_ROUTER_POLICIES = ("cache_aware", "kv_aware", "consistent_hash", "round_robin")
-NEEDS_KV_EVENTS = ("prefixgate:precise", "vllm-router:kv_aware")
+NEEDS_KV_EVENTS = ("prefixgate:precise", "prefixgate:default", "vllm-router:kv_aware")
 SGLANG_ROUTER_POLICIES = ("cache_aware",)
 
 

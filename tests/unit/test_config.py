@@ -42,3 +42,17 @@ def test_duplicate_replica_ids_rejected() -> None:
     with pytest.raises(ConfigError, match="duplicate"):
         load_settings(overrides={"replicas": [{"url": "http://a", "id": "x"},
                                               {"url": "http://b", "id": "x"}]}, env={})
+
+
+def test_the_default_policy_is_precise_where_every_replica_publishes_kv_events() -> None:
+    events = {"endpoint": "tcp://127.0.0.1:5557"}
+    both = load_settings(overrides={"replicas": [
+        {"url": "http://a:8000", "kv_events": events},
+        {"url": "http://b:8000", "kv_events": events}]}, env={})
+    one = load_settings(overrides={"replicas": [
+        {"url": "http://a:8000", "kv_events": events}, {"url": "http://b:8000"}]}, env={})
+    named = load_settings(overrides={"policy": "prefix", "replicas": [
+        {"url": "http://a:8000", "kv_events": events}]}, env={})
+    assert both.policy == "auto" and both.policy_name() == "precise"
+    assert one.policy_name() == "prefix"  # one replica's cache would be invisible
+    assert named.policy_name() == "prefix"
