@@ -148,11 +148,9 @@ class PieceReuse:
 
     # -- lookup ------------------------------------------------------------------------
 
-    def tokenize(self, key: PieceKey, known_ids: LookupIds) -> Reused | None:
-        """The piece's ids from a known piece's, or None when none can be used.
-
-        Reads only (no reordering), so it may run in a worker thread.
-        """
+    def find(self, key: PieceKey) -> Mark | None:
+        """The deepest mark of a known piece the new piece shares leading text with:
+        how much of it need not be tokenized (``Mark.cut_chars``). Reads only."""
         add_special, text = key
         if len(text) < self.min_chars:
             return None
@@ -163,6 +161,14 @@ class PieceReuse:
             if found is None:
                 break
             mark = found
+        return mark
+
+    def tokenize(self, key: PieceKey, known_ids: LookupIds,
+                 mark: Mark | None = None) -> Reused | None:
+        """The piece's ids from a known piece's (``mark``, else :meth:`find`'s), or None
+        when none can be used. Reads only (no reordering), so it may run in a thread."""
+        _, text = key
+        mark = mark if mark is not None else self.find(key)
         if mark is None:
             return None
         ids = known_ids(mark.key)

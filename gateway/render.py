@@ -45,7 +45,7 @@ from typing import Any
 
 from engine.tokenizer import Renderer, RenderError
 from gateway.conversations import ConversationMemo, Keys, KnownTurn
-from gateway.piece_reuse import Offsets, PieceKey, PieceReuse, Shifted
+from gateway.piece_reuse import Mark, Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
 from policies.lru import LRU
 from policies.types import RouteRequest
@@ -89,6 +89,8 @@ class Plan:
     """Long pieces tokenized for this request, to mark for reuse (``PieceReuse``)."""
     reused: list[tuple[PieceKey, tuple[int, ...]]] = field(default_factory=list)
     """Pieces tokenized from a known piece's tokens, for the sampled audit."""
+    marks: dict[int, Mark] = field(default_factory=dict)
+    """Per missing piece, the known piece it extends (``PieceReuse.find``)."""
 
 
 REUSE_AUDIT_EVERY = 32
@@ -211,27 +213,35 @@ class PromptHasher:
         ids: list[tuple[int, ...] | None] = []
         missing: list[int] = []
         missing_chars = 0
+        marks: dict[int, Mark] = {}
         for index, piece in enumerate(pieces):
             cached = self._pieces.get((add_special, piece))
             ids.append(cached)
             if cached is None:
                 missing.append(index)
-                missing_chars += len(piece)
+                # What is still to tokenize decides whether a thread is worth it
+                # (a thread hop costs milliseconds when the loop is busy).
+                mark = self.reuse.find((add_special, piece)) if self.reuse is not None else None
+                if mark is not None:
+                    marks[index] = mark
+                missing_chars += len(piece) - (mark.cut_chars if mark is not None else 0)
         return Plan(model, seed, block_size, pieces, ids, missing, missing_chars,
-                    add_special_tokens=add_special, units=self.renderer.units_per_token)
+                    add_special_tokens=add_special, units=self.renderer.units_per_token,
+                    marks=marks)
 
     def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
         """The CPU-heavy part; only reads shared state, so it may run in a thread."""
-        return [self._tokenize_piece(plan, (plan.add_special_tokens, plan.pieces[index]))
+        return [self._tokenize_piece(plan, (plan.add_special_tokens, plan.pieces[index]),
+                                     plan.marks.get(index))
                 for index in plan.missing]
 
-    def _tokenize_piece(self, plan: Plan, key: PieceKey) -> tuple[int, ...]:
+    def _tokenize_piece(self, plan: Plan, key: PieceKey, mark: Mark | None) -> tuple[int, ...]:
         add_special, text = key
         reuse = self.reuse
         if reuse is None or len(text) < reuse.min_chars or (
                 add_special and self._special_prefix is None):
             return tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
-        found = reuse.tokenize(key, self._pieces.peek)
+        found = reuse.tokenize(key, self._pieces.peek, mark) if mark is not None else None
         if found is not None:
             plan.learned.append((key, found.offsets))
             plan.reused.append((key, found.ids))
