@@ -12,8 +12,10 @@ Keep-alive connections are dropped after 2 s idle — less than vLLM's
 (uvicorn's) 5 s — so the gateway does not write into a connection the server
 is closing. If that race still happens (the server closes a reused
 connection before answering), the request is sent once more on a fresh
-connection: the replica never saw it. aiohttp's exceptions are translated
-here into ``engine.errors`` types.
+connection — never another pooled one, which the server may have closed
+as well: the replica never saw it. A connect timeout is a failure to
+connect (``ReplicaUnavailable``), not a replica slow to answer. aiohttp's
+exceptions are translated here into ``engine.errors`` types.
 """
 
 from __future__ import annotations
@@ -38,17 +40,29 @@ class RemoteBackend:
         self.max_connections = max_connections
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         # Created on first use: a session belongs to the running event loop.
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
-                                             keepalive_timeout=2.0, ttl_dns_cache=60)
-            self._session = aiohttp.ClientSession(
-                connector=connector, auto_decompress=False,
-                timeout=aiohttp.ClientTimeout(total=None, connect=self.timeouts.connect,
-                                              sock_connect=self.timeouts.connect))
+            self._session = self._new_session(pooled=True)
         return self._session
+
+    def _fresh_client(self) -> aiohttp.ClientSession:
+        # For the resend: a session that never reuses a connection, so the
+        # request cannot land on another pooled one the replica closed too.
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = self._new_session(pooled=False)
+        return self._fresh
+
+    def _new_session(self, pooled: bool) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
+                                         ttl_dns_cache=60, force_close=not pooled,
+                                         keepalive_timeout=2.0 if pooled else None)
+        return aiohttp.ClientSession(
+            connector=connector, auto_decompress=False,
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeouts.connect,
+                                          sock_connect=self.timeouts.connect))
 
     async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
         out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
@@ -57,9 +71,12 @@ class RemoteBackend:
         url = self.base_url + path
         for attempt in (1, 2):
             try:
+                session = self._client() if attempt == 1 else self._fresh_client()
                 async with asyncio.timeout(self.timeouts.first_byte):
-                    response = await self._client().post(url, data=body, headers=out)
+                    response = await session.post(url, data=body, headers=out)
                 break
+            except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
+                raise ReplicaUnavailable(self.replica_id, "cannot connect: timed out") from None
             except TimeoutError:
                 raise ReplicaTimeout(self.replica_id,
                                      "no response before the first-byte timeout") from None
@@ -89,6 +106,7 @@ class RemoteBackend:
         # good part of the gateway's CPU. A read waiting too long is failed by
         # setting the exception on aiohttp's stream reader.
         waiting_since = [0.0]
+        timer: asyncio.TimerHandle
 
         def check() -> None:
             nonlocal timer
@@ -141,5 +159,6 @@ class RemoteBackend:
             raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        for session in (self._session, self._fresh):
+            if session is not None:
+                await session.close()

@@ -48,10 +48,9 @@ from .calibration.compare import compare
 from .calibration.cpu import CoreMeter
 from .calibration.model import StepShape, diagnostic_fits, fit, refine
 from .calibration.points import summarise
-from .calibration.probes import ProbePlan, ProbeResults, probe_server
-from .calibration.report import markdown, plot, to_json, write_json
+from .calibration.probes import ProbeError, ProbePlan, ProbeResults, probe_server
+from .calibration.report import markdown_report, plot, to_json, write_json
 from .calibration.result import Calibration, SimRound
-from .calibration.stream import ProbeError
 from .calibration.targets import EngineLimits, Target, sim_target, url_target, vllm_target
 from .machine import machine_info
 from .processes import StartError
@@ -195,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     document = to_json(calibration, command, machine)
     write_json(document, args.out)
     plot(calibration, args.out.with_suffix(".png"))
-    table = markdown(calibration)
+    table = markdown_report(calibration)
     args.out.with_suffix(".md").write_text(table)
     print(table)
     print(f"prefixgate sim {calibration.best.fit.params.flag_text()}")

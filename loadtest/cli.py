@@ -89,7 +89,7 @@ def parser() -> argparse.ArgumentParser:
                           help='extra flags for the replica, e.g. "--step-overhead 0.02"')
     overhead.add_argument("--client", choices=("openai", "raw"), default="openai",
                           help="load generator: the official openai client, or a lean aiohttp "
-                               "SSE reader (loadtest/raw_client.py) that needs ~5x less CPU")
+                               "SSE reader (LeanClient in loadtest/client.py) that needs ~5x less CPU")
     overhead.add_argument("--pin", action="store_true",
                           help="give each gateway CPU 0 and the replica and the load generator "
                                "the other CPUs (Linux)")

@@ -29,11 +29,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import openai
-
-from .client import ChatCall, RequestRecord, stream_chat
+from .client import ChatCall, RequestRecord, StreamClient
 from .progress import Progress
-from .raw_client import RawChatClient
 from .transcript import Transcript
 from .workloads.base import Conversation, Workload
 
@@ -69,7 +66,7 @@ class _Run:
     def __init__(
         self,
         workload: Workload,
-        client: openai.AsyncOpenAI | RawChatClient,
+        client: StreamClient,
         model: str,
         clock: Callable[[], float],
         wall_clock: Callable[[], datetime],
@@ -116,12 +113,7 @@ class _Run:
                 self.prompts.append(SentPrompt.of(self.clock() - self.start, call))
                 if self.progress:
                     self.progress.inflight += 1
-                if isinstance(self.client, RawChatClient):
-                    outcome = await self.client.stream_chat(self.model, call, self.clock,
-                                                            self.start)
-                else:
-                    outcome = await stream_chat(self.client, self.model, call, self.clock,
-                                                self.start)
+                outcome = await self.client.stream_chat(self.model, call, self.clock, self.start)
                 if self.progress:
                     self.progress.inflight -= 1
                     self.progress.done += 1
@@ -156,7 +148,7 @@ class _Run:
 
 async def drive(
     workload: Workload,
-    client: openai.AsyncOpenAI | RawChatClient,
+    client: StreamClient,
     model: str,
     *,
     clock: Callable[[], float],

@@ -1,7 +1,8 @@
 """One measured run: one workload against one endpoint, with the replicas watched.
 
 Order of events: scrape every replica's ``/metrics``; start the load sampler;
-drive the workload through the official ``openai`` client; stop the sampler;
+drive the workload through the official ``openai`` client (or the lean one:
+``client.LeanClient``); stop the sampler;
 scrape again. The result (:class:`MeasuredRun`) holds every request record,
 the replica counter deltas and the load samples; :mod:`.summary` turns it
 into figures. The endpoint can be anything OpenAI-compatible: a gateway, a
@@ -19,11 +20,10 @@ from dataclasses import dataclass
 from typing import TextIO
 
 import httpx
-import openai
 
+from .client import LeanClient, OpenAIClient, StreamClient
 from .driver import DriveResult, drive
 from .progress import Progress
-from .raw_client import RawChatClient
 from .replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
 from .workloads.base import Workload
 
@@ -54,15 +54,8 @@ class RunLimits:
     request_timeout: float = 120.0
     sample_period: float = 0.5
     raw_client: bool = False
-    """Drive with the lean client (``.raw_client``) instead of the official one;
+    """Drive with the lean client (``client.LeanClient``) instead of the official one;
     not for workloads whose prompts hold earlier answers."""
-
-
-def openai_client(target: RunTarget, limits: RunLimits) -> openai.AsyncOpenAI:
-    # The client's own connection pool (1000 connections, 100 kept alive) is
-    # enough for the concurrencies used here; no retries: a failure is a result.
-    return openai.AsyncOpenAI(base_url=target.base_url.rstrip("/") + "/v1", api_key=target.api_key,
-                              max_retries=0, timeout=limits.request_timeout)
 
 
 async def measure(
@@ -76,14 +69,15 @@ async def measure(
     urls = tuple(replica_urls)
     async with httpx.AsyncClient(timeout=5.0) as scraper:
         before = await scrape_all(scraper, urls) if urls else {}
-        client: openai.AsyncOpenAI | RawChatClient
+        client: StreamClient
         if limits.raw_client:
             if any(c.needs_answers for c in workload.conversations):
                 raise ValueError("the lean client keeps no answers: no workload whose "
                                  "prompts hold earlier answers")
-            client = RawChatClient(target.base_url, target.api_key, limits.request_timeout)
+            client = LeanClient(target.base_url, target.api_key, limits.request_timeout)
         else:
-            client = openai_client(target, limits)
+            client = OpenAIClient.connect(target.base_url, target.api_key,
+                                          limits.request_timeout)
         sampler = LoadSampler(scraper, urls, clock, limits.sample_period)
         progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
                             stream=progress_stream)

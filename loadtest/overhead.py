@@ -65,6 +65,7 @@ from typing import Any
 
 import httpx
 
+from . import markdown
 from .contenders import ContenderSpec, launch
 from .driver import DriveResult
 from .histogram import beyond_buckets, delta, quantile, scrape_histograms
@@ -291,42 +292,45 @@ def _with_overhead(path: PathFigures, direct: PathFigures,
            **gc_figures(histograms.get(GC_SERIES, {}))})
 
 
-def _fmt(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _cpu_cell(p: PathFigures) -> str:
     if p.cpu_ms_per_request is None:
-        return "-"
+        return markdown.MISSING
     ratio = f" ({p.cpu_over_null:.2f}x)" if p.cpu_over_null is not None else ""
     return f"{p.cpu_ms_per_request:.2f}{ratio}"
 
 
-def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float) -> str:
-    header = ("| path | requests | errors | TTFT p50 ms | TTFT p99 ms | e2e p50 ms | e2e p99 ms "
-              "| req/s | mean in flight | TTFT overhead p50 / p99 ms | e2e overhead p50 / p99 ms "
-              "| throughput vs direct | in-gateway overhead p50 / p99 ms "
-              "| in-gateway added TTFT p50 / p99 ms | TTFT outside the replica p50 / p99 ms "
-              "| its overhead p50 / p99 ms | send to replica p50 ms "
-              "| CPU ms per request (x null proxy) |")
-    lines = [header, "|" + "---|" * 18]
-    for p in paths:
-        at_least = ">= " if p.gateway_overhead_p99_beyond_buckets else ""
-        own = (f"{_fmt(p.gateway_overhead_p50_ms, 3)} / "
-               f"{at_least}{_fmt(p.gateway_overhead_p99_ms, 3)}"
-               if p.gateway_overhead_p50_ms is not None else "-")
-        at_least = ">= " if p.added_ttft_p99_beyond_buckets else ""
-        added = (f"{_fmt(p.added_ttft_p50_ms, 3)} / {at_least}{_fmt(p.added_ttft_p99_ms, 3)}"
-                 if p.added_ttft_p50_ms is not None else "-")
-        lines.append(
-            f"| {p.name} | {p.requests} | {p.errors} | {_fmt(p.ttft_p50_ms)} | {_fmt(p.ttft_p99_ms)} "
-            f"| {_fmt(p.e2e_p50_ms)} | {_fmt(p.e2e_p99_ms)} | {_fmt(p.throughput_rps)} "
-            f"| {_fmt(p.mean_in_flight, 0)} | {_fmt(p.ttft_overhead_p50_ms)} / {_fmt(p.ttft_overhead_p99_ms)} "
-            f"| {_fmt(p.e2e_overhead_p50_ms)} / {_fmt(p.e2e_overhead_p99_ms)} "
-            f"| {_fmt(p.throughput_ratio, 2)} | {own} | {added} "
-            f"| {_fmt(p.outside_p50_ms, 2)} / {_fmt(p.outside_p99_ms, 2)} "
-            f"| {_fmt(p.outside_overhead_p50_ms, 2)} / {_fmt(p.outside_overhead_p99_ms, 2)} "
-            f"| {_fmt(p.inbound_p50_ms, 2)} | {_cpu_cell(p)} |")
+def _pair(p50: float | None, p99: float | None, digits: int = 1,
+          p99_beyond_buckets: bool = False) -> str:
+    at_least = ">= " if p99_beyond_buckets else ""
+    return f"{markdown.num(p50, digits)} / {at_least}{markdown.num(p99, digits)}"
+
+
+HEADER = ("path", "requests", "errors", "TTFT p50 ms", "TTFT p99 ms", "e2e p50 ms", "e2e p99 ms",
+          "req/s", "mean in flight", "TTFT overhead p50 / p99 ms", "e2e overhead p50 / p99 ms",
+          "throughput vs direct", "in-gateway overhead p50 / p99 ms",
+          "in-gateway added TTFT p50 / p99 ms", "TTFT outside the replica p50 / p99 ms",
+          "its overhead p50 / p99 ms", "send to replica p50 ms",
+          "CPU ms per request (x null proxy)")
+
+
+def _row(p: PathFigures) -> list[str]:
+    num = markdown.num
+    own = (_pair(p.gateway_overhead_p50_ms, p.gateway_overhead_p99_ms, 3,
+                 p.gateway_overhead_p99_beyond_buckets)
+           if p.gateway_overhead_p50_ms is not None else markdown.MISSING)
+    added = (_pair(p.added_ttft_p50_ms, p.added_ttft_p99_ms, 3, p.added_ttft_p99_beyond_buckets)
+             if p.added_ttft_p50_ms is not None else markdown.MISSING)
+    return [p.name, str(p.requests), str(p.errors), num(p.ttft_p50_ms), num(p.ttft_p99_ms),
+            num(p.e2e_p50_ms), num(p.e2e_p99_ms), num(p.throughput_rps),
+            num(p.mean_in_flight, 0), _pair(p.ttft_overhead_p50_ms, p.ttft_overhead_p99_ms),
+            _pair(p.e2e_overhead_p50_ms, p.e2e_overhead_p99_ms), num(p.throughput_ratio, 2),
+            own, added, _pair(p.outside_p50_ms, p.outside_p99_ms, 2),
+            _pair(p.outside_overhead_p50_ms, p.outside_overhead_p99_ms, 2),
+            num(p.inbound_p50_ms, 2), _cpu_cell(p)]
+
+
+def markdown_table(paths: Sequence[PathFigures], target_p50: float, target_p99: float) -> str:
+    """The table of every path, then a verdict per gateway figure against the target."""
     verdicts = []
     target = f"(p50 < {target_p50:g} ms, p99 < {target_p99:g} ms)"
     for p in paths:
@@ -361,8 +365,8 @@ def markdown(paths: Sequence[PathFigures], target_p50: float, target_p99: float)
         if p.gc_pauses is not None:
             verdicts.append(f"- {p.name}: {p.gc_pauses} garbage collections, "
                             f"{p.gc_pauses_over_1ms} over 1 ms, the longest <= "
-                            f"{_fmt(p.gc_longest_ms, 2)} ms")
-    return "\n".join(lines) + "\n\n" + "\n".join(verdicts) + "\n"
+                            f"{markdown.num(p.gc_longest_ms, 2)} ms")
+    return markdown.table(HEADER, (_row(p) for p in paths)) + "\n" + "\n".join(verdicts) + "\n"
 
 
 def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
@@ -441,8 +445,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     }
     (out / "overhead.json").write_text(json.dumps(
         {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
-    table = markdown(rows, 2.0, 5.0)
-    (out / "overhead.md").write_text("# Gateway overhead\n\n" + table)
+    table = markdown_table(rows, 2.0, 5.0)
+    markdown.write(out / "overhead.md", table, "Gateway overhead")
     merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
     ttft_cdf(merged, out / "overhead_ttft_cdf.png",
              f"TTFT, {args.concurrency} concurrent streams, direct vs gateway")

@@ -25,42 +25,31 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from . import markdown
 from .results import ContenderResult
 
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:.1f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
+HEADER = ("contender", "hit rate", "of bound", "TTFT p50 ms", "TTFT p99 ms", "req/s",
+          "max/mean load", "requests per replica", "errors")
 
 
-def _num(value: float | None, digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _row(result: ContenderResult, bound: float | None) -> list[str]:
+    summary = result.summary
+    if summary is None:
+        reason = (result.unavailable or "").splitlines()[0][:160]
+        return [result.name, f"unavailable: {reason}"] + [""] * (len(HEADER) - 2)
+    of_bound = (summary.hit_rate / bound) if (summary.hit_rate is not None and bound) else None
+    shares = "/".join(f"{r.requests:.0f}" for r in summary.replicas) or markdown.MISSING
+    errors = str(summary.errors)
+    if summary.abandoned or summary.unsent:
+        errors += f" (+{summary.abandoned} abandoned, +{summary.unsent} unsent)"
+    return [result.name, markdown.pct(summary.hit_rate), markdown.pct(of_bound),
+            markdown.ms(summary.ttft.p50), markdown.ms(summary.ttft.p99),
+            markdown.num(summary.throughput_rps, 2), markdown.num(summary.max_mean_load, 2),
+            shares, errors]
 
 
 def markdown_table(results: Sequence[ContenderResult], bound: float | None) -> str:
-    header = ("| contender | hit rate | of bound | TTFT p50 ms | TTFT p99 ms | req/s "
-              "| max/mean load | requests per replica | errors |")
-    lines = [header, "|" + "---|" * 9]
-    for result in results:
-        summary = result.summary
-        if summary is None:
-            reason = (result.unavailable or "").splitlines()[0][:160]
-            lines.append(f"| {result.name} | unavailable: {reason} | | | | | | | |")
-            continue
-        of_bound = (summary.hit_rate / bound) if (summary.hit_rate is not None and bound) else None
-        shares = "/".join(f"{r.requests:.0f}" for r in summary.replicas) or "-"
-        errors = str(summary.errors)
-        if summary.abandoned or summary.unsent:
-            errors += f" (+{summary.abandoned} abandoned, +{summary.unsent} unsent)"
-        lines.append(
-            f"| {result.name} | {_pct(summary.hit_rate)} | {_pct(of_bound)} "
-            f"| {_ms(summary.ttft.p50)} | {_ms(summary.ttft.p99)} "
-            f"| {_num(summary.throughput_rps)} | {_num(summary.max_mean_load)} "
-            f"| {shares} | {errors} |")
-    return "\n".join(lines) + "\n"
+    return markdown.table(HEADER, (_row(result, bound) for result in results))
 
 
 def results_document(meta: dict[str, Any], results: Sequence[ContenderResult],
@@ -95,13 +84,12 @@ def write_outputs(out_dir: Path, meta: dict[str, Any], results: Sequence[Contend
                 continue
             for record in result.run.drive.records:
                 handle.write(json.dumps({"contender": result.name, **asdict(record)}) + "\n")
-    bound_line = f"Ideal bound (one cache holding all replicas' capacity): {_pct(bound)}\n\n" \
-        if bound is not None else ""
+    bound_line = (f"Ideal bound (one cache holding all replicas' capacity): "
+                  f"{markdown.pct(bound)}\n\n" if bound is not None else "")
     notes = "".join(f"- {r.name}: {r.note}\n" for r in results if r.note)
     unavailable = "".join(
         f"\n### {r.name} unavailable\n\n```\n{r.unavailable}\n```\n"
         for r in results if r.unavailable)
-    paths["md"].write_text(
-        f"# {title}\n\n{bound_line}{markdown_table(results, bound)}"
-        + (f"\nNotes:\n{notes}" if notes else "") + unavailable)
+    markdown.write(paths["md"], bound_line + markdown_table(results, bound)
+                   + (f"\nNotes:\n{notes}" if notes else "") + unavailable, title)
     return paths

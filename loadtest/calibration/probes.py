@@ -30,6 +30,21 @@ the engine's core other processes took meanwhile (``calibration.cpu``).
 Prompts come from ``loadtest.workloads.text.words`` keyed by the plan's seed,
 the pass and the position, so two targets probed with one plan receive
 byte-identical requests.
+
+Sending and timing. Each probe is a streamed ``/v1/completions`` request
+(no chat template, so a prompt of ``n`` filler words is exactly ``n`` prompt
+tokens on both vLLM and the simulator) through the lean client
+(``loadtest.client.LeanClient``), asking for ``continuous_usage_stats``:
+every chunk then carries the completion tokens so far, and both vLLM and the
+simulator send one chunk per engine step that produced a token. That count,
+not the chunk's text, says how many tokens arrived (with dummy weights a
+token may decode to no text at all): TTFT is send to the first chunk with a
+token, TPOT the time from the first token's arrival to the last's over the
+tokens after the first chunk (the client's ``ttft`` and ``token_tpot``), and
+``cached_tokens`` the final usage's (vLLM needs
+``--enable-prompt-tokens-details``; 0 when absent). A non-200 answer, a
+broken stream or one without tokens raises :class:`ProbeError`: a
+calibration with holes in it would fit nonsense.
 """
 
 from __future__ import annotations
@@ -40,16 +55,56 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
-
+from loadtest.client import ChatCall, LeanClient, StreamClient
 from loadtest.workloads.text import words
 
 from .cpu import CoreMeter, CoreReading, CoreShare
-from .stream import CompletionCall, ProbeError, StreamTiming, timed_completion
 
 PREFILL = "prefill"
 CACHED = "cached"
 DECODE = "decode"
+
+
+class ProbeError(RuntimeError):
+    """A probe request failed; calibration stops rather than fit partial data."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionCall:
+    """What to send: raw prompt text and how many tokens to ask for."""
+
+    prompt: str
+    max_tokens: int
+    ignore_eos: bool = True
+
+    def chat_call(self) -> ChatCall:
+        return ChatCall(conversation="probe", group="probe", turn=0, messages=(),
+                        max_tokens=self.max_tokens, ignore_eos=self.ignore_eos,
+                        prompt=self.prompt, temperature=0.0, continuous_usage=True)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTiming:
+    """What one streamed request measured (seconds)."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft: float
+    tpot: float | None
+
+
+async def timed_completion(client: StreamClient, model: str, call: CompletionCall,
+                           clock: Callable[[], float]) -> StreamTiming:
+    """Send ``call`` streamed and time its tokens; raises :class:`ProbeError` on failure."""
+    outcome = await client.stream_chat(model, call.chat_call(), clock, 0.0)
+    record = outcome.record
+    if record.error is not None or record.ttft is None:
+        raise ProbeError(record.error or "stream ended without a token")
+    return StreamTiming(prompt_tokens=record.prompt_tokens or 0,
+                        cached_tokens=record.cached_tokens or 0,
+                        completion_tokens=record.completion_tokens or 0,
+                        ttft=record.ttft, tpot=outcome.token_tpot)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +169,7 @@ class Prober:
 
     def __init__(
         self,
-        client: httpx.AsyncClient,
-        base_url: str,
+        client: StreamClient,
         model: str,
         plan: ProbePlan,
         clock: Callable[[], float],
@@ -124,7 +178,6 @@ class Prober:
     ) -> None:
         self._client = client
         self._meter = meter
-        self._base_url = base_url
         self._model = model
         self._plan = plan
         self._clock = clock
@@ -201,9 +254,7 @@ class Prober:
         return self._meter.share(before, self._meter.read())
 
     async def _send(self, call: CompletionCall) -> StreamTiming:
-        return await timed_completion(
-            self._client, self._base_url, self._model, call, self._clock
-        )
+        return await timed_completion(self._client, self._model, call, self._clock)
 
 
 async def probe_server(
@@ -215,7 +266,9 @@ async def probe_server(
     meter: CoreMeter | None = None,
     timeout: float = 300.0,
 ) -> ProbeResults:
-    """Run ``plan`` against ``base_url`` with a client that holds enough connections."""
-    limits = httpx.Limits(max_connections=max(plan.batch_sizes) + 4)
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-        return await Prober(client, base_url, model, plan, clock, progress, meter).run()
+    """Run ``plan`` against ``base_url`` through the lean client."""
+    client = LeanClient(base_url, "unused", timeout)
+    try:
+        return await Prober(client, model, plan, clock, progress, meter).run()
+    finally:
+        await client.close()

@@ -24,6 +24,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from loadtest import markdown
+
 from .model import PARAM_NAMES, FitResult
 from .points import PointSummary
 from .probes import CACHED, DECODE, PREFILL
@@ -92,48 +94,40 @@ def write_json(document: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(document, indent=1) + "\n")
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
-
-
 def _point_label(probe: str, x: int) -> str:
     return f"C={x}" if probe == DECODE else f"{x} tokens"
 
 
-def markdown(calibration: Calibration) -> str:
+def markdown_report(calibration: Calibration) -> str:
     best = calibration.best
     params = best.fit.params
-    lines = [
+    head = [
         (
             f"Target: {calibration.target.kind} `{calibration.target.model}`; "
             f"chosen: round {best.index} of {len(calibration.rounds)}"
         ),
         "",
-        "| parameter | fitted |",
-        "|---|---|",
-        *(f"| `{name}` | {getattr(params, name):.6g} |" for name in PARAM_NAMES),
-        "",
+        markdown.table(("parameter", "fitted"),
+                       ((f"`{name}`", f"{getattr(params, name):.6g}") for name in PARAM_NAMES)),
         f"`prefixgate sim {params.flag_text()}`",
         "",
         *_contention_note(calibration),
-        "| probe | point | real ms | sim ms | error | real samples used | core to others |",
-        "|---|---|---|---|---|---|---|",
     ]
     real_by_key = {(p.probe, p.x): p for p in calibration.real_points}
+    rows = []
     for point in best.comparison.points:
         real = real_by_key[(point.probe, point.x)]
-        foreign = "-" if real.foreign_cpu is None else f"{real.foreign_cpu:.0%}"
-        lines.append(
-            f"| {_LABELS[point.probe]} | {_point_label(point.probe, point.x)} | "
-            f"{_ms(point.real)} | {_ms(point.sim)} | {point.relative:+.1%} | "
-            f"{real.samples}/{real.samples + real.discarded} | {foreign} |"
-        )
-    lines += ["", "| probe | metric | median abs error | max abs error |", "|---|---|---|---|"]
-    for probe in best.comparison.probes:
-        lines.append(
-            f"| {probe.probe} | {probe.metric} | {probe.median_abs:.1%} | {probe.max_abs:.1%} |"
-        )
-    return "\n".join(lines) + "\n"
+        rows.append((_LABELS[point.probe], _point_label(point.probe, point.x),
+                     markdown.ms(point.real, 2), markdown.ms(point.sim, 2),
+                     markdown.pct(point.relative, sign=True),
+                     f"{real.samples}/{real.samples + real.discarded}",
+                     markdown.pct(real.foreign_cpu, 0)))
+    points = markdown.table(("probe", "point", "real ms", "sim ms", "error", "real samples used",
+                             "core to others"), rows)
+    probes = markdown.table(("probe", "metric", "median abs error", "max abs error"), (
+        (probe.probe, probe.metric, markdown.pct(probe.median_abs), markdown.pct(probe.max_abs))
+        for probe in best.comparison.probes))
+    return "\n".join(head) + "\n" + points + "\n" + probes
 
 
 def _contention_note(calibration: Calibration) -> list[str]:

@@ -8,8 +8,9 @@ kills and restarts a replica.
 
 from __future__ import annotations
 
-import threading
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
@@ -17,12 +18,13 @@ import pytest
 
 from engine.scrape import parse_vllm_metrics
 from engine.tokenizer import HFRenderer
-from engine.vllm_local import LocalReplica
+from engine.vllm_local import LocalReplica, VllmCpuSetup
 from gateway.render import PromptHasher
 from tests.chat_corpus import CHATS
 from tests.support.gateway import GatewayProcess
+from tests.support.waiting import wait_until
 
-from .conftest import MODEL, model_dir
+from .conftest import MODEL, gateway_settings, model_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +36,15 @@ def client(gw: GatewayProcess) -> openai.OpenAI:
     return openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
 
 
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached in {timeout}s")
+@pytest.fixture()
+def events_only_gateway(vllm_pair: list[LocalReplica]) -> Iterator[GatewayProcess]:
+    """precise without speculation: what its index holds, only the replicas' events said."""
+    gw = GatewayProcess(gateway_settings(vllm_pair, VllmCpuSetup.locate(),
+                                         policy_options={"speculative_ttl_seconds": 0}))
+    try:
+        yield gw.start(timeout=120)
+    finally:
+        gw.stop()
 
 
 def admin(gw: GatewayProcess) -> dict[str, dict]:
@@ -53,7 +57,8 @@ def hits(replica: LocalReplica) -> float:
 
 def test_chat_and_completions_with_real_cache_hits(real_gateway: GatewayProcess) -> None:
     c = client(real_gateway)
-    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Hi!"}]
+    messages: list[Any] = [{"role": "system", "content": SYSTEM},
+                           {"role": "user", "content": "Hi!"}]
     first = c.chat.completions.with_raw_response.create(model=MODEL, messages=messages,
                                                          max_tokens=4)
     second = c.chat.completions.with_raw_response.create(
@@ -62,19 +67,22 @@ def test_chat_and_completions_with_real_cache_hits(real_gateway: GatewayProcess)
     assert first.headers["x-prefixgate-replica"] == second.headers["x-prefixgate-replica"]
     usage = second.parse().usage
     assert usage is not None and usage.prompt_tokens_details is not None
-    assert usage.prompt_tokens_details.cached_tokens >= 128
-    assert int(second.headers["x-prefixgate-matched-tokens"]) == \
-        usage.prompt_tokens_details.cached_tokens
+    cached = usage.prompt_tokens_details.cached_tokens
+    assert cached is not None and cached >= 128
+    assert int(second.headers["x-prefixgate-matched-tokens"]) == cached
 
     stream = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, stream=True,
                                        stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 6
-    assert chunks[-1].usage.prompt_tokens_details.cached_tokens >= 128
+    last = chunks[-1].usage
+    assert last is not None and last.completion_tokens == 6
+    assert last.prompt_tokens_details is not None
+    assert (last.prompt_tokens_details.cached_tokens or 0) >= 128
 
     done = c.completions.create(model=MODEL, prompt=SYSTEM + "Answer:", max_tokens=4)
-    assert done.choices[0].text is not None and done.usage.completion_tokens == 4
+    assert done.choices[0].text is not None
+    assert done.usage is not None and done.usage.completion_tokens == 4
     pieces = list(c.completions.create(model=MODEL, prompt=SYSTEM + "Answer:", max_tokens=4,
                                        stream=True))
     assert sum(1 for p in pieces if p.choices and p.choices[0].text) >= 1
@@ -92,36 +100,43 @@ def test_rendered_ids_equal_vllm_tokenize(vllm_pair: list[LocalReplica]) -> None
         assert ours == theirs["tokens"], chat
 
 
-def test_precise_follows_kv_events_and_forgets_evictions(real_gateway: GatewayProcess,
+def test_precise_follows_kv_events_and_forgets_evictions(events_only_gateway: GatewayProcess,
                                                          vllm_pair: list[LocalReplica]) -> None:
+    # Speculation (the blocks the gateway routed itself, until a TTL passes)
+    # is off here so that nothing but the events decides; it is unit-tested.
+    gateway = events_only_gateway
     target = vllm_pair[1]
     rid = target.info.replica_id
-    prefix = [{"role": "system", "content": "Policy handbook, section 7. " * 40}]
+    prefix: list[Any] = [{"role": "system", "content": "Policy handbook, section 7. " * 40}]
     # Warm the prefix on one replica behind the gateway's back: only its events tell.
     direct = openai.OpenAI(base_url=target.info.base_url + "/v1", api_key="x", max_retries=0)
     direct.chat.completions.create(model=MODEL, messages=[*prefix,
                                    {"role": "user", "content": "warm"}], max_tokens=1)
-    wait_for(lambda: (admin(real_gateway)[rid]["indexed_blocks"] or 0) >= 8, 30,
-             "KV events of the warmed prefix in the precise index")
+    wait_until(lambda: (admin(gateway)[rid]["indexed_blocks"] or 0) >= 8, 30,
+               "KV events of the warmed prefix in the precise index")
 
     before = hits(target)
-    routed = client(real_gateway).chat.completions.with_raw_response.create(
+    routed = client(gateway).chat.completions.with_raw_response.create(
         model=MODEL, messages=[*prefix, {"role": "user", "content": "first question"}],
         max_tokens=2)
     assert routed.headers["x-prefixgate-replica"] == rid
     assert int(routed.headers["x-prefixgate-matched-tokens"]) >= 256
     assert hits(target) - before >= 256
 
-    # Evict it: fill the 96-block cache with other prompts, sent directly.
+    # Evict it: fill the 96-block cache with other prompts, sent directly. The
+    # prefix goes about half-way through; the events saying so are published
+    # while the later fillers are prefilled, each of which takes longer on
+    # these cores than an event takes to reach the gateway.
     for i in range(8):
         direct.chat.completions.create(model=MODEL, messages=[
             {"role": "system", "content": f"Unrelated filler document {i}. " * 90},
             {"role": "user", "content": "x"}], max_tokens=1)
-    time.sleep(3)  # past the speculative TTL of the gateway's own routing
-    again = client(real_gateway).chat.completions.with_raw_response.create(
+    again = client(gateway).chat.completions.with_raw_response.create(
         model=MODEL, messages=[*prefix, {"role": "user", "content": "second question"}],
         max_tokens=2)
-    cached = again.parse().usage.prompt_tokens_details.cached_tokens
+    usage = again.parse().usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    cached = usage.prompt_tokens_details.cached_tokens
     # The index forgot what the engine evicted: no stale promise of a warm prefix.
     assert int(again.headers["x-prefixgate-matched-tokens"]) == cached
 
@@ -130,14 +145,14 @@ def test_killed_replica_fails_over_then_rejoins(real_gateway: GatewayProcess,
                                                vllm_pair: list[LocalReplica]) -> None:
     c = client(real_gateway)
     by_id = {r.info.replica_id: r for r in vllm_pair}
-    messages = [{"role": "user", "content": "Tell me a long story."}]
+    messages: list[Any] = [{"role": "user", "content": "Tell me a long story."}]
     with c.chat.completions.with_streaming_response.create(
             model=MODEL, messages=messages, stream=True, max_tokens=1500,
             extra_body={"ignore_eos": True}) as response:
         victim = by_id[response.headers["x-prefixgate-replica"]]
         chunks = iter(response.parse())
         next(chunks)
-        threading.Timer(0.5, victim.kill).start()
+        victim.kill()  # mid-stream: 1500 tokens on these cores take far longer
         with pytest.raises(openai.APIError):
             for _ in chunks:
                 pass
@@ -154,8 +169,8 @@ def test_killed_replica_fails_over_then_rejoins(real_gateway: GatewayProcess,
     victim.restart()
     victim.wait_ready(timeout=300)
     print(f"\nreplica {victim.info.replica_id} restarted in {time.monotonic() - started:.1f}s")
-    wait_for(lambda: admin(real_gateway)[victim.info.replica_id]["healthy"], 30,
-             "the restarted replica back in rotation")
+    wait_until(lambda: admin(real_gateway)[victim.info.replica_id]["healthy"], 30,
+               "the restarted replica back in rotation")
     served = {c.chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": f"back {i}"}],
         max_tokens=2).headers["x-prefixgate-replica"] for i in range(6)}

@@ -1,11 +1,14 @@
-"""Real sockets: the gateway process in front of simulated vLLM replica processes."""
+"""Real sockets: the gateway process in front of simulated vLLM replica processes,
+and the gateway's production HTTP backend against scripted servers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
+from engine.backend import Timeouts
+from engine.remote import RemoteBackend
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
@@ -29,6 +32,24 @@ def gateway_settings(sims: list[SimProcess], policy: str = "least_load", **extra
         "models": [{"name": MODEL, "tokenizer": bundled_qwen_tokenizer_dir()}],
         **extra,
     }
+
+
+MakeBackend = Callable[..., RemoteBackend]
+
+
+@pytest.fixture
+async def remote_backend() -> AsyncIterator[MakeBackend]:
+    """``remote_backend(url, api_key=None, **timeouts)``: a ``RemoteBackend`` for replica
+    ``r1``, closed after the test."""
+    made: list[RemoteBackend] = []
+
+    def make(url: str, api_key: str | None = None, **timeouts: float) -> RemoteBackend:
+        made.append(RemoteBackend("r1", url, Timeouts(**timeouts), api_key=api_key))
+        return made[-1]
+
+    yield make
+    for backend in made:
+        await backend.aclose()
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from loadtest.bound import ideal_hit_rate
+from loadtest.client import LeanClient, OpenAIClient, StreamClient
 from loadtest.driver import DriveResult, drive
-from loadtest.raw_client import RawChatClient
 from loadtest.workloads.registry import build_workload
 from tests.integration.conftest import MODEL, sim_args
 from tests.support.sim import SimProcess
@@ -51,9 +50,8 @@ def run(name: str, url: str, raw: bool) -> DriveResult:
     workload = build_workload(name, {**CASES[name], "concurrency": 1})
 
     async def go() -> DriveResult:
-        client: openai.AsyncOpenAI | RawChatClient = (
-            RawChatClient(url, "x", 30.0) if raw
-            else openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0))
+        client: StreamClient = (LeanClient(url, "x", 30.0) if raw
+                                else OpenAIClient.connect(url, "x", 30.0))
         try:
             return await drive(workload, client, MODEL, clock=time.perf_counter)
         finally:

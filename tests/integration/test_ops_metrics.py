@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -25,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.scrape import parse_vllm_metrics
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, sim_args
 
@@ -107,15 +107,6 @@ def gateway_samples(gateway: GatewayProcess) -> dict[tuple[str, str], float]:
             if "le" not in s.labels}
 
 
-def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)  # the gateway scrapes its replicas every 0.2 s
-    assert condition()
-
-
 def replica_counters(sims: list[SimProcess]) -> dict[str, tuple[float, float, float]]:
     out = {}
     for i, sim in enumerate(sims):
@@ -149,7 +140,7 @@ def test_predicted_hit_rate_series_match_what_clients_were_told(
 
 def test_actual_hit_rate_series_are_the_replicas_own_counters(
         gateway: GatewayProcess, sims: list[SimProcess], books: Books) -> None:
-    wait_for(lambda: caught_up(gateway, sims))
+    wait_until(lambda: caught_up(gateway, sims), 15, "the gateway's scrape of the replicas")
     samples = gateway_samples(gateway)
     for replica, (hits, queries, ttft_count) in replica_counters(sims).items():
         assert samples[("prefixgate_replica_prefix_cache_hits_tokens_total", replica)] == hits
@@ -169,7 +160,7 @@ def test_actual_hit_rate_series_are_the_replicas_own_counters(
 
 def test_admin_replicas_agrees_with_the_books(
         gateway: GatewayProcess, sims: list[SimProcess], books: Books) -> None:
-    wait_for(lambda: caught_up(gateway, sims))
+    wait_until(lambda: caught_up(gateway, sims), 15, "the gateway's scrape of the replicas")
     data = httpx.get(gateway.url + "/admin/replicas").json()
     counters = replica_counters(sims)
     assert data["policy"] == "prefix"
@@ -200,7 +191,8 @@ def test_admin_replicas_agrees_with_the_books(
 def test_a_stopped_replica_shows_as_down(gateway: GatewayProcess,
                                          sims: list[SimProcess], books: Books) -> None:
     sims[1].stop()
-    wait_for(lambda: gateway_samples(gateway).get(("prefixgate_healthy_replicas", MODEL)) == 1)
+    wait_until(lambda: gateway_samples(gateway).get(("prefixgate_healthy_replicas", MODEL)) == 1,
+               15, "one healthy replica in the gateway's metrics")
     data = httpx.get(gateway.url + "/admin/replicas").json()
     down = next(r for r in data["replicas"] if r["id"] == "s1")
     assert down["healthy"] is False and down["last_error"]

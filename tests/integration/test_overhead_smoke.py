@@ -2,7 +2,7 @@
 
 One simulated replica, one gateway and the pass-through control proxy
 (``loadtest/null_proxy.py``), a handful of open-loop requests through the
-lean client (``loadtest/raw_client.py``). Nothing is timed: the
+lean client (``loadtest.client.LeanClient``). Nothing is timed: the
 test checks that both paths answered every request and that the gateway's
 own histograms (added time to first token, event-loop lag) were read back.
 """

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 from engine.scrape import parse_vllm_metrics
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, sim_args
 
@@ -63,10 +65,18 @@ def replica_counters(sims: list[SimProcess]) -> list[tuple[float, float]]:
     return out
 
 
+def cached_tokens(completion: ChatCompletion) -> int:
+    usage = completion.usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens is not None
+    return usage.prompt_tokens_details.cached_tokens
+
+
 async def drive(url: str) -> Counter[str]:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
-    histories = {(a, u): [{"role": "system", "content": system_prompt(a)}]
-                 for a in range(APPS) for u in range(USERS)}
+    histories: dict[tuple[int, int], list[Any]] = {
+        (a, u): [{"role": "system", "content": system_prompt(a)}]
+        for a in range(APPS) for u in range(USERS)}
     served: Counter[str] = Counter()
     gate = asyncio.Semaphore(8)
 
@@ -93,7 +103,7 @@ def run_policy(sims: list[SimProcess], policy: str) -> tuple[float, Counter[str]
     before = replica_counters(sims)
     settings = gateway_settings(sims, policy=policy)
     for replica, sim in zip(settings["replicas"], sims):
-        pub, replay = sim.kv_ports
+        pub, replay = sim.kv_ports  # type: ignore[attr-defined]
         replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
                                 "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
     gw = GatewayProcess(settings)
@@ -128,14 +138,14 @@ def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> No
         assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
     settings = gateway_settings(four_sims, policy="precise")
     for replica, sim in zip(settings["replicas"], four_sims):
-        pub, replay = sim.kv_ports
+        pub, replay = sim.kv_ports  # type: ignore[attr-defined]
         replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
                                 "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
     gw = GatewayProcess(settings)
     try:
         gw.start()
-        messages = [{"role": "system", "content": system_prompt(999)},
-                    {"role": "user", "content": "hello"}]
+        messages: list[Any] = [{"role": "system", "content": system_prompt(999)},
+                               {"role": "user", "content": "hello"}]
         warm = four_sims[2]  # "s2", warmed directly, not through the gateway
         direct = openai.OpenAI(base_url=warm.v1_url, api_key="x", max_retries=0)
         direct.chat.completions.create(model=MODEL, messages=messages, max_tokens=2)
@@ -144,10 +154,8 @@ def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> No
             replicas = httpx.get(gw.url + "/admin/replicas").json()["replicas"]
             return {r["id"]: r["indexed_blocks"] for r in replicas}
 
-        deadline = time.monotonic() + 15
-        while confirmed_blocks()["s2"] < 20 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert confirmed_blocks()["s2"] >= 20, confirmed_blocks()
+        wait_until(lambda: confirmed_blocks()["s2"] >= 20, 15,
+                   "the warmed prefix's KV events in the gateway's index of s2")
         assert confirmed_blocks()["s0"] == 0
 
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
@@ -156,7 +164,7 @@ def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> No
             max_tokens=2)
         assert raw.headers["x-prefixgate-replica"] == "s2"
         assert int(raw.headers["x-prefixgate-matched-tokens"]) > 300
-        assert raw.parse().usage.prompt_tokens_details.cached_tokens > 300
+        assert cached_tokens(raw.parse()) > 300
     finally:
         gw.stop()
 
@@ -169,7 +177,7 @@ def test_a_long_conversation_is_routed_from_its_known_turns(four_sims) -> None:
     try:
         gw.start()
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
-        messages = [{"role": "system", "content": system_prompt(500)}]
+        messages: list[Any] = [{"role": "system", "content": system_prompt(500)}]
         previous_prompt = 0
         replicas = set()
         for turn in range(8):
@@ -178,12 +186,13 @@ def test_a_long_conversation_is_routed_from_its_known_turns(four_sims) -> None:
                 model=MODEL, messages=messages, max_tokens=8)
             completion = raw.parse()
             matched = int(raw.headers["x-prefixgate-matched-tokens"])
-            cached = completion.usage.prompt_tokens_details.cached_tokens
+            cached = cached_tokens(completion)
             replicas.add(raw.headers["x-prefixgate-replica"])
             if turn:
                 # the gateway knew the whole previous prompt was there, and it was
                 assert matched >= (previous_prompt // 16 - 1) * 16, (turn, matched)
                 assert cached >= matched, (turn, cached, matched)
+            assert completion.usage is not None
             previous_prompt = completion.usage.prompt_tokens
             messages.append({"role": "assistant", "content": completion.choices[0].message.content})
         assert len(replicas) == 1

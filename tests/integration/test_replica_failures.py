@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
+from functools import partial
+from typing import Any
 
 import httpx
 import openai
@@ -12,19 +12,11 @@ import pytest
 
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, sim_args
 
-CHAT = [{"role": "user", "content": "hello there"}]
-
-
-def wait_for(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not reached in time")
+CHAT: list[Any] = [{"role": "user", "content": "hello there"}]
 
 
 @pytest.fixture()
@@ -60,17 +52,19 @@ def test_dead_replica_leaves_rotation_and_returns(cluster) -> None:
         served.add(raw.headers["x-prefixgate-replica"])
     assert served == {"s1"}
     assert httpx.get(gw.url + "/ready").status_code == 200
-    wait_for(lambda: not replica_healthy(gw, "s0"))
+    wait_until(lambda: not replica_healthy(gw, "s0"), 15, "s0 out of rotation")
 
     sims[1].stop()
-    wait_for(lambda: httpx.get(gw.url + "/ready").status_code == 503)
+    wait_until(lambda: httpx.get(gw.url + "/ready").status_code == 503, 15,
+               "the gateway not ready without replicas")
     with pytest.raises(openai.InternalServerError) as info:
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=2)
     assert info.value.status_code == 503
     assert info.value.response.headers["retry-after"]
 
     sims[0].start()
-    wait_for(lambda: httpx.get(gw.url + "/ready").status_code == 200)
+    wait_until(lambda: httpx.get(gw.url + "/ready").status_code == 200, 15,
+               "the gateway ready again with s0 back")
     raw = client.chat.completions.with_raw_response.create(model=MODEL, messages=CHAT,
                                                             max_tokens=2)
     assert raw.headers["x-prefixgate-replica"] == "s0"
@@ -86,7 +80,7 @@ def test_stream_cut_by_dying_replica_raises_and_others_keep_serving(cluster) -> 
         victim = sims[int(response.headers["x-prefixgate-replica"][1:])]
         chunks = iter(response.parse())
         assert next(chunks).choices[0].delta.role == "assistant"
-        threading.Timer(0.3, victim.kill).start()
+        victim.kill()  # mid-stream: 400 tokens at the replica's real-time pace take seconds
         with pytest.raises(openai.APIError):
             for _ in chunks:
                 pass
@@ -96,6 +90,9 @@ def test_stream_cut_by_dying_replica_raises_and_others_keep_serving(cluster) -> 
         assert reply.choices[0].message.content is not None
     metrics = httpx.get(gw.url + "/metrics").text
     assert f'prefixgate_stream_errors_total{{replica="s{sims.index(victim)}"}} 1.0' in metrics
+    def nothing_open(replica: str) -> bool:
+        gauge = f'prefixgate_replica_inflight_requests{{replica="{replica}"}} 0.0'
+        return gauge in httpx.get(gw.url + "/metrics").text
+
     for replica in ("s0", "s1"):
-        wait_for(lambda r=replica: f'prefixgate_replica_inflight_requests{{replica="{r}"}} 0.0'
-                 in httpx.get(gw.url + "/metrics").text)
+        wait_until(partial(nothing_open, replica), 15, f"no request left open on {replica}")

@@ -5,21 +5,16 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 
 import httpx
 import yaml
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 class GatewayProcess:
@@ -27,33 +22,41 @@ class GatewayProcess:
                  python: str = sys.executable, env: dict[str, str] | None = None) -> None:
         self.python = python
         self.env = env or {}
-        self.port = _free_port()
+        self.port = free_port()
         self.settings = {"host": "127.0.0.1", "port": self.port, **settings}
         self.extra_args = list(extra_args)
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self._config = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)
-        self.log_path = self._config.name + ".log"
+        handle, self.config_path = tempfile.mkstemp(prefix="gateway-", suffix=".yaml")
+        os.close(handle)
+        self.log_path = self.config_path + ".log"
 
     def start(self, wait_ready: bool = True, timeout: float = 60) -> GatewayProcess:
-        yaml.safe_dump(self.settings, self._config)
-        self._config.flush()
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [self.python, "-m", "gateway.cli", "serve", "--config", self._config.name,
-             *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", **self.env})
-        deadline = time.monotonic() + timeout
+        with open(self.config_path, "w", encoding="utf-8") as config:
+            yaml.safe_dump(self.settings, config)
+        # The child keeps its own copy of the descriptor; ours can close at once.
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "gateway.cli", "serve", "--config", self.config_path,
+                 *self.extra_args],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "HF_HUB_OFFLINE": "1", **self.env})
         path = "/ready" if wait_ready else "/health"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited {self.proc.returncode}:\n{self.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + path, timeout=1).status_code == 200:
-                    return self
-            time.sleep(0.1)
-        raise RuntimeError(f"gateway not up in {timeout}s:\n{self.log()}")
+        try:
+            wait_until(lambda: self._answers(path), timeout, f"gateway {path}")
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"gateway not up in {timeout}s:\n{self.log()}") from None
+        return self
+
+    def _answers(self, path: str) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"gateway exited {self.proc.returncode}:\n{self.log()}")
+        try:
+            return httpx.get(self.url + path, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def log(self) -> str:
         with open(self.log_path, encoding="utf-8", errors="replace") as handle:

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Self
 import httpx
 
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,22 +122,23 @@ class SimProcess:
         self.close()
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout
+        # Polled: the process offers no other readiness signal.
         with httpx.Client(timeout=2.0) as client:
-            while time.monotonic() < deadline:
-                assert self._process is not None
-                if self._process.poll() is not None:
-                    raise SimStartError(
-                        f"sim exited with {self._process.returncode}:\n{self.log_tail()}"
-                    )
-                try:
-                    if client.get(f"{self.base_url}/health").status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)  # readiness poll: the process offers no other signal
-        self.stop()
-        raise SimStartError(f"sim not healthy after {self.startup_timeout}s:\n{self.log_tail()}")
+            try:
+                wait_until(lambda: self._healthy(client), self.startup_timeout, "sim /health")
+            except AssertionError:
+                self.stop()
+                raise SimStartError(f"sim not healthy after {self.startup_timeout}s:\n"
+                                    f"{self.log_tail()}") from None
+
+    def _healthy(self, client: httpx.Client) -> bool:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise SimStartError(f"sim exited with {self._process.returncode}:\n{self.log_tail()}")
+        try:
+            return client.get(f"{self.base_url}/health").status_code == 200
+        except httpx.TransportError:
+            return False
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from engine.asgi_stream import StreamingASGITransport
+from tests.support.waiting import eventually
 
 
 def make_app(gate: asyncio.Event, cancelled: list[bool]) -> Starlette:
@@ -33,7 +34,7 @@ def make_app(gate: asyncio.Event, cancelled: list[bool]) -> Starlette:
 
 
 async def test_first_chunk_arrives_before_the_app_finishes() -> None:
-    gate, cancelled = asyncio.Event(), []
+    gate, cancelled = asyncio.Event(), list[bool]()
     transport = StreamingASGITransport(make_app(gate, cancelled))
     async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
         async with client.stream("POST", "/stream", json={}) as response:
@@ -46,10 +47,9 @@ async def test_first_chunk_arrives_before_the_app_finishes() -> None:
 
 
 async def test_closing_early_cancels_the_app() -> None:
-    gate, cancelled = asyncio.Event(), []
+    gate, cancelled = asyncio.Event(), list[bool]()
     transport = StreamingASGITransport(make_app(gate, cancelled))
-    async with httpx.AsyncClient(transport=transport, base_url="http://engine") as client:
-        async with client.stream("POST", "/stream", json={}) as response:
-            await response.aiter_bytes().__anext__()
-    await asyncio.sleep(0)
-    assert cancelled == [True]
+    async with (httpx.AsyncClient(transport=transport, base_url="http://engine") as client,
+                client.stream("POST", "/stream", json={}) as response):
+        await response.aiter_bytes().__anext__()
+    await eventually(lambda: cancelled == [True], what="the app cancelled")

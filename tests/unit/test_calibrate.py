@@ -2,8 +2,8 @@
 engine, refinement removes a simulator's own bias, and streams are timed by token count.
 
 No server and no sleeping: synthetic points come from the latency model, the
-simulated engine is stepped by hand, and the stream timer reads an
-``httpx.MockTransport`` with a fake clock.
+simulated engine is stepped by hand, and the stream timer reads canned SSE
+bodies with a fake clock.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
@@ -34,13 +35,18 @@ from loadtest.calibration.model import (
     row,
 )
 from loadtest.calibration.points import PointSummary, quiet, summarise
-from loadtest.calibration.probes import CACHED, DECODE, PREFILL, DecodeSample, ProbeResults
-from loadtest.calibration.stream import (
+from loadtest.calibration.probes import (
+    CACHED,
+    DECODE,
+    PREFILL,
     CompletionCall,
+    DecodeSample,
     ProbeError,
+    ProbeResults,
     StreamTiming,
     timed_completion,
 )
+from loadtest.client import ChatCall, ChatOutcome, StreamReading
 
 TRUE = LatencyParams(step_overhead_s=0.012, prefill_per_token_s=4e-5, decode_per_seq_s=0.0015)
 SHAPE = StepShape(max_num_batched_tokens=2048)
@@ -189,42 +195,56 @@ def _sse(chunks: list[dict[str, object]]) -> bytes:
     return ("".join(lines) + "data: [DONE]\n\n").encode()
 
 
-def _time(handler: httpx.MockTransport) -> StreamTiming:
-    async def go() -> StreamTiming:
-        async with httpx.AsyncClient(transport=handler) as client:
-            return await timed_completion(client, "http://replica", "m",
-                                          CompletionCall("a b c", 4), _StepClock())
-    return asyncio.run(go())
+class _CannedReplica:
+    """A stream client whose every answer is one canned status and SSE body,
+    read line by line as the lean client reads the wire."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status, self.body = status, body
+        self.sent: list[dict[str, Any]] = []
+
+    async def stream_chat(self, model: str, call: ChatCall, clock: Callable[[], float],
+                          run_start: float) -> ChatOutcome:
+        self.sent.append(call.request(model))
+        reading = StreamReading(call, clock, run_start)
+        if self.status != 200:
+            return reading.outcome(f"HTTP {self.status}: {self.body.decode()}", None)
+        for line in self.body.splitlines(keepends=True):
+            reading.sse_line(line)
+        return reading.outcome(None, None)
+
+    async def close(self) -> None:
+        pass
+
+
+def _time(replica: _CannedReplica) -> StreamTiming:
+    return asyncio.run(timed_completion(replica, "m", CompletionCall("a b c", 4), _StepClock()))
 
 
 def test_ttft_and_tpot_follow_token_counts_not_text() -> None:
-    seen: list[dict[str, object]] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
-        usage = [{"prompt_tokens": 3, "completion_tokens": n} for n in (1, 2, 4)]
-        chunks: list[dict[str, object]] = [
-            {"choices": [{"text": ""}], "usage": usage[0]},  # a token without text
-            {"choices": [{"text": "x"}], "usage": usage[1]},
-            {"choices": [{"text": "yz"}], "usage": usage[2]},  # two tokens in one chunk
-            {"choices": [], "usage": {**usage[2], "prompt_tokens_details": {"cached_tokens": 0}}},
-        ]
-        return httpx.Response(200, content=_sse(chunks))
-
-    timing = _time(httpx.MockTransport(handle))
-    # clock: sent at 0.01; chunks read at 0.02 (1 token), 0.03 (2), 0.04 (4), 0.05 (usage)
+    usage = [{"prompt_tokens": 3, "completion_tokens": n} for n in (1, 2, 4)]
+    replica = _CannedReplica(200, _sse([
+        {"choices": [{"text": ""}], "usage": usage[0]},  # a token without text
+        {"choices": [{"text": "x"}], "usage": usage[1]},
+        {"choices": [{"text": "yz"}], "usage": usage[2]},  # two tokens in one chunk
+        {"choices": [], "usage": {**usage[2], "prompt_tokens_details": {"cached_tokens": 0}}},
+    ]))
+    timing = _time(replica)
+    # clock: sent at 0.01; tokens read at 0.02 (1 token), 0.03 (2), 0.04 (4); ended at 0.05
     assert (timing.prompt_tokens, timing.cached_tokens, timing.completion_tokens) == (3, 0, 4)
     assert timing.ttft == pytest.approx(0.01)
     assert timing.tpot == pytest.approx(0.02 / 3)  # 3 tokens after the first in 20 ms
-    assert seen[0]["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-    assert seen[0]["ignore_eos"] is True
+    (sent,) = replica.sent
+    assert sent["prompt"] == "a b c" and sent["max_tokens"] == 4 and sent["temperature"] == 0.0
+    assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert sent["ignore_eos"] is True
 
 
 def test_a_failed_or_empty_stream_raises() -> None:
-    with pytest.raises(ProbeError, match="HTTP 503"):
-        _time(httpx.MockTransport(lambda _: httpx.Response(503, text="busy")))
-    with pytest.raises(ProbeError, match="without a token"):
-        _time(httpx.MockTransport(lambda _: httpx.Response(200, content=_sse([]))))
+    with pytest.raises(ProbeError, match="HTTP 503: busy"):
+        _time(_CannedReplica(503, b"busy"))
+    with pytest.raises(ProbeError, match="without content"):
+        _time(_CannedReplica(200, _sse([])))
 
 
 # -- contended samples ----------------------------------------------------------------

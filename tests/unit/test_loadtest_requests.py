@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import openai
 
+from loadtest.client import OpenAIClient
 from loadtest.driver import drive
 from loadtest.workloads.agent_tools import TOOLS
 from loadtest.workloads.registry import build_workload
@@ -29,10 +30,10 @@ class _Server:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
 
-    def client(self) -> openai.AsyncOpenAI:
+    def client(self) -> OpenAIClient:
         http = httpx.AsyncClient(transport=httpx.MockTransport(self.handle))
-        return openai.AsyncOpenAI(base_url="http://fake/v1", api_key="x", max_retries=0,
-                                  http_client=http)  # type: ignore[arg-type]
+        return OpenAIClient(openai.AsyncOpenAI(base_url="http://fake/v1", api_key="x",
+                                               max_retries=0, http_client=http))  # type: ignore[arg-type]
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import time
+import selectors
 
+import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
 from gateway.loop_lag import GcPauses, LoopLagProbe
@@ -18,22 +19,57 @@ def _count(registry: CollectorRegistry, name: str, **labels: str) -> float:
     return registry.get_sample_value(name + "_count", labels) or 0.0
 
 
-def test_a_blocked_loop_shows_as_lag() -> None:
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on a clock the test moves: waiting for a timer costs no real time.
+
+    Where the loop would block in ``select`` until the next timer, the clock
+    jumps to it instead; ``hold`` is a handler keeping the loop busy for a
+    while (the clock moves, nothing else runs).
+    """
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        loop = self
+
+        class Selector(selectors.DefaultSelector):
+            def select(self, timeout: float | None = None) -> list:  # type: ignore[override]
+                if timeout is not None and timeout > 0:
+                    loop.now += timeout
+                return super().select(0)
+
+        super().__init__(Selector())
+
+    def time(self) -> float:
+        return self.now
+
+    def hold(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_blocked_loop_shows_as_lag_and_an_idle_one_does_not() -> None:
     registry = CollectorRegistry()
     histogram = Histogram("lag_seconds", "lag", registry=registry, buckets=(0.001, 0.01, 0.1))
+    loop = VirtualTimeLoop()
 
     async def main() -> None:
         probe = LoopLagProbe(histogram, period=0.01)
         probe.start()
-        await asyncio.sleep(0.05)
-        time.sleep(0.06)  # noqa: ASYNC251 - a handler that holds the loop
+        await asyncio.sleep(0.055)  # five wake-ups, each on time
+        loop.hold(0.06)  # a handler that keeps the loop for 60 ms
         await asyncio.sleep(0.03)
         await probe.aclose()
 
-    asyncio.run(main())
-    over = _count(registry, "lag_seconds") - (
-        registry.get_sample_value("lag_seconds_bucket", {"le": "0.01"}) or 0.0)
-    assert over >= 1  # at least one wake-up came more than 10 ms late
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    wake_ups = _count(registry, "lag_seconds")
+    on_time = registry.get_sample_value("lag_seconds_bucket", {"le": "0.001"})
+    late = wake_ups - (registry.get_sample_value("lag_seconds_bucket", {"le": "0.01"}) or 0.0)
+    assert wake_ups >= 7
+    assert late == 1 and on_time == wake_ups - 1  # only the wake-up the handler held back
+    # it came as late as the handler held the loop past the wake-up's due time
+    assert registry.get_sample_value("lag_seconds_sum") == pytest.approx(0.055)
 
 
 def test_collections_are_timed_by_generation_until_stopped() -> None:

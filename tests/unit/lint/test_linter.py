@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from typing import Any
 
 from engine.tokenizer import ByteRenderer
@@ -20,7 +19,7 @@ BLOCK = 16
 SYSTEM = ("You are the support assistant of Acme Corp. Answer in English, be concise and never "
           "promise refunds outside the policy. " * 6
           + "Current time: 2026-11-30 15:25:07 UTC. Escalate anything about invoices.")
-TOOLS = [{"type": "function", "function": {
+TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {
     "name": "get_order", "description": "Look up an order. Orders placed before 2026-11-30 are "
                                         "archived.",
     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}},
@@ -150,7 +149,7 @@ def long_request(tokens_wanted: int, hasher: PromptHasher) -> dict[str, Any]:
         "parameters": {"type": "object", "properties": {"id": {"type": "string"},
                                                         "limit": {"type": "integer"}}}}}
         for i in range(12)]
-    paragraphs = []
+    paragraphs: list[str] = []
     body: dict[str, Any] = {}
     while True:
         paragraphs.append(english if len(paragraphs) % 3 else chinese)
@@ -166,26 +165,19 @@ def long_request(tokens_wanted: int, hasher: PromptHasher) -> dict[str, Any]:
 
 
 def test_lint_of_a_32k_token_prompt(linter: Linter, hasher: PromptHasher) -> None:
+    # How long it takes is a benchmark's business; this is what a 32k-token
+    # prompt must still get right: every token counted, the one warning found
+    # at its place near the end, the cacheable prefix cut just before it.
     body = long_request(32_000, hasher)
-    cold_started = time.perf_counter()
     report = linter.lint(body, BLOCK)
-    cold = time.perf_counter() - cold_started
-    warm_times = []
-    cpu_started = time.process_time()
-    for _ in range(5):
-        started = time.perf_counter()
-        linter.lint(body, BLOCK)
-        warm_times.append(time.perf_counter() - started)
-    cpu = (time.process_time() - cpu_started) / 5
-    detect_started = time.perf_counter()
-    for message in body["messages"]:
-        linter.detector.scan(message["content"], NOW)
-    detect = time.perf_counter() - detect_started
-    print(f"\nlint of {report.prompt_tokens} tokens: cold {cold * 1000:.1f} ms (tokenizer included), "
-          f"warm {min(warm_times) * 1000:.1f} ms, detection alone {detect * 1000:.1f} ms")
-    assert report.prompt_tokens >= 32_000
-    assert [f.kind for f in report.findings if f.severity == "warning"] == ["timestamp"]
-    assert cpu < 1.0  # a catastrophic-regression guard, not a speed claim
+    assert report.prompt_tokens == len(hasher.token_ids("m", body, "chat")) >= 32_000
+    (stamp,) = [f for f in report.findings if f.severity == "warning"]
+    assert stamp.kind == "timestamp" and stamp.path == "messages[0].content"
+    assert stamp.text == "2026-11-30 15:25:07 UTC"
+    assert stamp.token_start is not None and stamp.token_start > 0.9 * report.prompt_tokens
+    assert report.cacheable_prefix_tokens == stamp.token_start - stamp.token_start % BLOCK
+    assert report.cacheable_prefix_tokens_if_fixed > report.cacheable_prefix_tokens
+    assert linter.lint(body, BLOCK) == report  # linting it again: the same answer
 
 
 def test_report_json_shape(linter: Linter) -> None:
