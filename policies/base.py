@@ -11,9 +11,11 @@ decision can be replayed or simulated without side effects.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .events import KVEventConsumer
+from .options import parse_options
 from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
 
 
@@ -54,6 +56,35 @@ def healthy(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
 def by_load(replicas: Sequence[ReplicaView]) -> list[ReplicaView]:
     """Replicas ordered least loaded first, ties broken by id for determinism."""
     return sorted(replicas, key=lambda r: (r.load, r.kv_usage, r.id))
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    """The options of a policy that takes none (any given is an error)."""
+
+
+class LoadOnly:
+    """What a policy that keeps no prefix state answers: nothing to learn or forget."""
+
+    uses_prefix = False
+    name: str
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Any:
+        parse_options(NoOptions, options, cls.name)
+        return cls()
+
+    def observe(self, request: RouteRequest, decision: Decision) -> None:
+        return None
+
+    def forget_replica(self, replica_id: str) -> None:
+        return None
+
+    def indexed_blocks(self, replica_id: str) -> int | None:
+        return None
+
+    def event_consumer(self) -> KVEventConsumer | None:
+        return None
 
 
 PolicyFactory = Callable[[Mapping[str, Any]], Policy]

@@ -49,7 +49,7 @@ from typing import Any
 
 import xxhash
 
-from .base import healthy
+from .base import LoadOnly, healthy
 from .options import parse_options
 from .types import Decision, ReplicaView, RouteRequest
 
@@ -75,7 +75,7 @@ def load_bound(total_load: int, replica_count: int, load_factor: float) -> int:
     return math.ceil(round(load_factor * (total_load + 1) / replica_count, 9))
 
 
-class Chwbl:
+class Chwbl(LoadOnly):
     name = "chwbl"
     uses_prefix = True
 
@@ -126,18 +126,6 @@ class Chwbl:
             fallbacks=tuple(rid for rid in order if rid != chosen),
             scores={rid: float(candidates[rid].load) for rid in order},
         )
-
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
-        return None
-
-    def forget_replica(self, replica_id: str) -> None:
-        return None
-
-    def indexed_blocks(self, replica_id: str) -> int | None:
-        return None
-
-    def event_consumer(self) -> None:
-        return None
 
     def _build_ring(self, members: tuple[str, ...]) -> None:
         if members == self._ring_members:

@@ -9,31 +9,17 @@ Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
-from .base import healthy
-from .options import parse_options
+from .base import LoadOnly, healthy
 from .types import Decision, ReplicaView, RouteRequest
 
 
-@dataclass(frozen=True)
-class LeastLoadConfig:
-    pass
-
-
-class LeastLoad:
+class LeastLoad(LoadOnly):
     name = "least_load"
-    uses_prefix = False
 
-    def __init__(self, config: LeastLoadConfig | None = None) -> None:
-        self.config = config or LeastLoadConfig()
+    def __init__(self) -> None:
         self._tiebreak = 0
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> LeastLoad:
-        return cls(parse_options(LeastLoadConfig, options, cls.name))
 
     def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:
         candidates = sorted(healthy(replicas), key=lambda r: r.id)
@@ -51,15 +37,3 @@ class LeastLoad:
             fallbacks=tuple(r.id for r in ranked[1:]),
             scores={r.id: float(r.load) for r in ranked},
         )
-
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
-        return None
-
-    def forget_replica(self, replica_id: str) -> None:
-        return None
-
-    def indexed_blocks(self, replica_id: str) -> int | None:
-        return None
-
-    def event_consumer(self) -> None:
-        return None

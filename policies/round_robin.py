@@ -9,31 +9,17 @@ Parameters: none.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
-from .base import healthy
-from .options import parse_options
+from .base import LoadOnly, healthy
 from .types import Decision, ReplicaView, RouteRequest
 
 
-@dataclass(frozen=True)
-class RoundRobinConfig:
-    pass
-
-
-class RoundRobin:
+class RoundRobin(LoadOnly):
     name = "round_robin"
-    uses_prefix = False
 
-    def __init__(self, config: RoundRobinConfig | None = None) -> None:
-        self.config = config or RoundRobinConfig()
+    def __init__(self) -> None:
         self._counter = 0
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> RoundRobin:
-        return cls(parse_options(RoundRobinConfig, options, cls.name))
 
     def pick(self, request: RouteRequest, replicas: Sequence[ReplicaView]) -> Decision:
         candidates = sorted(healthy(replicas), key=lambda r: r.id)
@@ -45,15 +31,3 @@ class RoundRobin:
             reason="round-robin",
             fallbacks=tuple(r.id for r in ordered[1:]),
         )
-
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
-        return None
-
-    def forget_replica(self, replica_id: str) -> None:
-        return None
-
-    def indexed_blocks(self, replica_id: str) -> int | None:
-        return None
-
-    def event_consumer(self) -> None:
-        return None
