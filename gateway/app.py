@@ -27,14 +27,14 @@ from policies.registry import default_registry
 from . import errors
 from .api import build_router
 from .config import Settings
-from .hashers import HasherCollector, HasherSet, TokenizerConfigError
+from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
 from .lint.service import LintLimits, LintService
 from .lint_api import build_lint_router
 from .loop_lag import GcPauses, LoopLagProbe
-from .metrics import GatewayMetrics
+from .metrics import GatewayMetrics, HasherCollector
 from .ops_routes import build_ops_router
 from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats

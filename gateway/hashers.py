@@ -11,17 +11,14 @@ renderer (they still route by prefix).
 
 What was chosen is loud: one log line per model at start-up (a warning for
 the byte renderer), ``tokenizers()`` for ``/ready`` and ``/admin/replicas``,
-and ``prefixgate_tokenizer_info{model,source}``.
+and ``prefixgate_tokenizer_info{model,source}`` (``gateway.metrics``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from collections.abc import Callable
 
 from engine.tokenizer import ByteRenderer, Renderer, load_renderer
 
@@ -131,34 +128,3 @@ class HasherSet:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-
-class HasherCollector(Collector):
-    """Tokenizer choice and incremental chat rendering per model, read at scrape time."""
-
-    def __init__(self, hashers: HasherSet) -> None:
-        self.hashers = hashers
-
-    def collect(self) -> Iterator[Metric]:
-        info = GaugeMetricFamily(
-            "prefixgate_tokenizer_info",
-            "1 per served model: where its tokenizer came from (config, replica-root, "
-            "hf-cache, or bytes when none was found).", labels=["model", "source"])
-        for model, choice in self.hashers.tokenizers().items():
-            info.add_metric([model, str(choice["source"])], 1.0)
-        enabled = GaugeMetricFamily(
-            "prefixgate_incremental_render_enabled",
-            "1 when follow-ups are rendered from the last known turn (template verified).",
-            labels=["model"])
-        renders = CounterMetricFamily(
-            "prefixgate_incremental_renders",
-            "Chat requests rendered from a known turn instead of whole.", labels=["model"])
-        failures = CounterMetricFamily(
-            "prefixgate_render_audit_failures",
-            "Sampled incremental renders that disagreed with a full render.", labels=["model"])
-        for model, hasher in self.hashers.items():
-            memo = hasher.conversations
-            enabled.add_metric([model], 1.0 if memo is not None and memo.enabled else 0.0)
-            renders.add_metric([model], memo.incremental if memo is not None else 0)
-            failures.add_metric([model], memo.audit_failures if memo is not None else 0)
-        yield from (info, enabled, renders, failures)

@@ -25,6 +25,8 @@ from prometheus_client.utils import floatToGoString
 from engine.pool import ReplicaPool
 from engine.scrape import HistogramCounts
 
+from .hashers import HasherSet
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                     5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
@@ -184,3 +186,34 @@ def _add_histogram(family: HistogramMetricFamily, replica_id: str,
 
 
 ScrapeHook = Callable[[], None]
+
+
+class HasherCollector(Collector):
+    """Tokenizer choice and incremental chat rendering per model, read at scrape time."""
+
+    def __init__(self, hashers: HasherSet) -> None:
+        self.hashers = hashers
+
+    def collect(self) -> Iterator[Metric]:
+        info = GaugeMetricFamily(
+            "prefixgate_tokenizer_info",
+            "1 per served model: where its tokenizer came from (config, replica-root, "
+            "hf-cache, or bytes when none was found).", labels=["model", "source"])
+        for model, choice in self.hashers.tokenizers().items():
+            info.add_metric([model, str(choice["source"])], 1.0)
+        enabled = GaugeMetricFamily(
+            "prefixgate_incremental_render_enabled",
+            "1 when follow-ups are rendered from the last known turn (template verified).",
+            labels=["model"])
+        renders = CounterMetricFamily(
+            "prefixgate_incremental_renders",
+            "Chat requests rendered from a known turn instead of whole.", labels=["model"])
+        failures = CounterMetricFamily(
+            "prefixgate_render_audit_failures",
+            "Sampled incremental renders that disagreed with a full render.", labels=["model"])
+        for model, hasher in self.hashers.items():
+            memo = hasher.conversations
+            enabled.add_metric([model], 1.0 if memo is not None and memo.enabled else 0.0)
+            renders.add_metric([model], memo.incremental if memo is not None else 0)
+            failures.add_metric([model], memo.audit_failures if memo is not None else 0)
+        yield from (info, enabled, renders, failures)
