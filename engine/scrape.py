@@ -61,6 +61,8 @@ class ReplicaMetrics:
     generation_tokens: float = 0.0
     block_size: int | None = None
     num_gpu_blocks: int | None = None
+    kv_cache_dtype: str | None = None
+    """``cache_dtype`` of ``vllm:cache_config_info``: ``auto`` (the model's dtype), ``fp8``, ..."""
     model_names: tuple[str, ...] = ()
     ttft: HistogramCounts | None = None
     """``vllm:time_to_first_token_seconds`` of the replica."""
@@ -117,6 +119,7 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
     means: dict[str, list[float]] = {}
     block_size: int | None = None
     num_blocks: int | None = None
+    kv_dtype: str | None = None
     models: set[str] = set()
     histograms: dict[str, _HistogramSum] = {}
     for line in text.splitlines():
@@ -137,6 +140,7 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
             info = dict(_LABEL.findall(labels))
             block_size = _int_or_none(info.get("block_size"))
             num_blocks = _int_or_none(info.get("num_gpu_blocks"))
+            kv_dtype = info.get("cache_dtype") or None
             continue
         else:
             base, _, suffix = name.rpartition("_")
@@ -158,6 +162,7 @@ def parse_vllm_metrics(text: str) -> ReplicaMetrics:
         generation_tokens=sums.get("generation_tokens", 0.0),
         block_size=block_size,
         num_gpu_blocks=num_blocks,
+        kv_cache_dtype=kv_dtype,
         model_names=tuple(sorted(models)),
         ttft=_frozen(histograms.get("ttft")),
         itl=_frozen(histograms.get("itl")) or _frozen(histograms.get("itl_legacy")),

@@ -37,7 +37,8 @@ class FakeReplica:
         if path == "/metrics":
             text = (f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} '
                     f'{self.running}.0\n'
-                    'vllm:cache_config_info{block_size="32",num_gpu_blocks="1000"} 1.0\n')
+                    'vllm:cache_config_info{block_size="32",cache_dtype="fp8",'
+                    'num_gpu_blocks="1000"} 1.0\n')
             return httpx.Response(200, text=text)
         if path == "/v1/models":
             return httpx.Response(200, json={"object": "list", "data": [{"id": self.model}]})

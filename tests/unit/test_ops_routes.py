@@ -51,6 +51,7 @@ async def test_admin_replicas_describes_every_replica() -> None:
     assert (first["model"], first["kind"]) == ("m", "remote")
     assert (first["block_size"], first["capacity_blocks"]) == (32, 1000)
     assert first["capacity_tokens"] == 32000
+    assert first["kv_cache_dtype"] == "fp8"
     assert first["indexed_blocks"] is not None and first["indexed_blocks"] > 0
     assert 0 <= first["predicted_hit_rate_total"] <= 1
     # Non-streaming answers have no first token to time.

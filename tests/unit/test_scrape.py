@@ -25,6 +25,7 @@ def test_reads_the_series_routing_needs() -> None:
     assert m.kv_usage == 0.375
     assert (m.prefix_queries, m.prefix_hits) == (1000.0, 640.0)
     assert (m.block_size, m.num_gpu_blocks) == (32, 2048)
+    assert m.kv_cache_dtype == "auto"
     assert m.model_names == ("qwen",)
 
 
