@@ -40,13 +40,10 @@ _PASS_RESPONSE_HEADERS = ("content-type",)
 
 
 class Recorder(Protocol):
-    """What the proxy tells about an exchange (``gateway.recorder.Recorder``)."""
+    """Told once when an exchange is over: answered, failed or abandoned
+    (``gateway.recorder.Recorder``)."""
 
-    def sending(self, exchange: Exchange, replica_id: str) -> None:
-        """The request is about to go to ``replica_id`` (each attempt)."""
-
-    def record(self, exchange: Exchange) -> None:
-        """The exchange is over: answered, failed or abandoned (once)."""
+    def record(self, exchange: Exchange) -> None: ...
 
 
 class Proxy:
@@ -70,7 +67,6 @@ class Proxy:
             outcome.attempts += 1
             stack = contextlib.ExitStack()
             stack.enter_context(self.pool.lease(replica_id))
-            self.recorder.sending(exchange, replica_id)
             try:
                 upstream = await self.pool.get(replica_id).backend.send(path, body, headers)
                 if exchange.stream and upstream.status_code == 200:
