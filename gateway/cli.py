@@ -3,6 +3,8 @@
     prefixgate serve [--config FILE] [--replica [ID=]URL ...] [--policy NAME] ...
     prefixgate sim   [...]            a simulated vLLM replica (see engine.sim)
     prefixgate lint  FILE [--json]    find what breaks prefix caching in prompts
+    prefixgate plan  CONFIG [...]     KV-cache capacity per GPU for a model and KV dtype
+    prefixgate kv-quality [...]       quality gate: baseline vs quantized-KV candidate
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from engine.sim.cli import main as sim_main
 from .app import create_app
 from .config import ConfigError, Settings, load_settings, parse_replica_arg
 from .embedded import EmbeddedUnavailable, embedded_replicas
+from .kv_plan_cli import main as plan_main
+from .kv_quality_cli import main as kv_quality_main
 from .lint_cli import main as lint_main
 
 
@@ -111,7 +115,7 @@ def serve(argv: Sequence[str]) -> int:
             print(f"prefixgate: {exc}", file=sys.stderr)
             return 2
         print(f"prefixgate: serving on http://{settings.host}:{settings.port}/v1 "
-              f"({len(settings.replicas)} replica(s), policy {settings.policy})", flush=True)
+              f"({len(settings.replicas)} replica(s), policy {settings.policy_name()})", flush=True)
         # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turning that
         # into SystemExit lets the ExitStack stop the embedded replicas.
         signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -122,7 +126,8 @@ def serve(argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": serve, "sim": sim_main, "lint": lint_main}
+    commands = {"serve": serve, "sim": sim_main, "lint": lint_main, "plan": plan_main,
+                "kv-quality": kv_quality_main}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
