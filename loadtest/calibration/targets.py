@@ -28,7 +28,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.vllm_local import ReplicaSpec, running_replicas
+from engine.vllm_local import LaunchSpec, running_replicas
 
 from ..processes import Service, ServiceGroup, free_port
 from .model import LatencyParams
@@ -62,7 +62,7 @@ class Target:
 @contextlib.contextmanager
 def vllm_target(model: str, limits: EngineLimits, core: int) -> Iterator[Target]:
     log_dir = Path(tempfile.mkdtemp(prefix="prefixgate-calibrate-"))
-    spec = ReplicaSpec(
+    spec = LaunchSpec(
         model=model,
         max_model_len=limits.max_model_len,
         block_size=limits.block_size,

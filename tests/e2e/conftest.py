@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.vllm_local import LocalReplica, ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
 from tests.support.gateway import GatewayProcess
 
 MODEL = "qwen2-tiny"
 BLOCKS = 96
 """A small KV cache (96 blocks of 32 tokens) so that eviction happens in a test."""
-SPEC = ReplicaSpec(model=MODEL, max_model_len=2048, num_gpu_blocks_override=BLOCKS)
+SPEC = LaunchSpec(model=MODEL, max_model_len=2048, num_gpu_blocks_override=BLOCKS)
 
 
 def setup_or_skip() -> VllmCpuSetup:

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from engine.vllm_local import ReplicaSpec, running_replicas
+from engine.vllm_local import LaunchSpec, running_replicas
 from tests.support.gateway import GatewayProcess
 
 from .conftest import MODEL, gateway_settings, setup_or_skip
@@ -27,7 +27,7 @@ SYSTEM = "In-process engines answer from the gateway's own process. " * 12
 @pytest.fixture(scope="module")
 def mixed_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     setup = setup_or_skip()
-    spec = ReplicaSpec(model=MODEL, max_model_len=2048, core=0)
+    spec = LaunchSpec(model=MODEL, max_model_len=2048, core=0)
     with running_replicas([spec], log_dir=tmp_path_factory.mktemp("vllm")) as (remote,):
         settings = gateway_settings([remote], setup)
         settings["replicas"].append({

@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from engine.scrape import parse_vllm_metrics
-from engine.vllm_local import LocalReplica, ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
 from gateway.kv_plan_cli import run as plan_main
 from gateway.kv_quality_cli import run as kv_quality_main
 
@@ -39,7 +39,7 @@ TOLERANCE = 0.02
 
 @dataclass(frozen=True)
 class Case:
-    spec: ReplicaSpec
+    spec: LaunchSpec
 
     @property
     def label(self) -> str:
@@ -48,11 +48,11 @@ class Case:
 
 
 CASES = (
-    Case(ReplicaSpec("qwen2-tiny", max_model_len=2048, kv_cache_space_gib=1, kv_events=False,
+    Case(LaunchSpec("qwen2-tiny", max_model_len=2048, kv_cache_space_gib=1, kv_events=False,
                      tool_call_parser=None)),
-    Case(ReplicaSpec("qwen2-small", max_model_len=4096, kv_cache_space_gib=2,
+    Case(LaunchSpec("qwen2-small", max_model_len=4096, kv_cache_space_gib=2,
                      num_gpu_blocks_override=300, kv_events=False, tool_call_parser=None)),
-    Case(ReplicaSpec("smollm2-135m-instruct", max_model_len=2048, kv_cache_space_gib=1,
+    Case(LaunchSpec("smollm2-135m-instruct", max_model_len=2048, kv_cache_space_gib=1,
                      kv_events=False, tool_call_parser=None)),
 )
 
@@ -70,7 +70,7 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[LocalRep
         yield started
 
 
-def planned(spec: ReplicaSpec) -> dict:
+def planned(spec: LaunchSpec) -> dict:
     argv = [str(VllmCpuSetup.locate().model_path(spec.model)),
             "--cpu-kvcache-space", str(spec.kv_cache_space_gib),
             "--block-size", str(spec.block_size), "--max-model-len", str(spec.max_model_len),

@@ -26,7 +26,7 @@ import pytest
 
 from engine.kv_emulation.process import EmulationServer, EmulationSpec, running_emulation
 from engine.scrape import parse_vllm_metrics
-from engine.vllm_local import ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import LaunchSpec, VllmCpuSetup, running_replicas
 from gateway.kv_plan_cli import run as plan_main
 from gateway.kv_quality_cli import run as main
 
@@ -113,9 +113,9 @@ def test_real_vllm_fp8_kv_against_auto(tmp_path: Path) -> None:
         pytest.skip(f"vLLM on CPU refuses an FP8 KV cache on this machine ({FP8_REFUSED}; "
                     "no avx512f or amx_tile in /proc/cpuinfo): the gate is tested against the "
                     "KV emulation above instead")
-    base = ReplicaSpec("smollm2-135m-instruct", served_model_name="smollm2", max_model_len=2048,
+    base = LaunchSpec("smollm2-135m-instruct", served_model_name="smollm2", max_model_len=2048,
                        kv_events=False, tool_call_parser=None)
-    fp8 = ReplicaSpec("smollm2-135m-instruct", served_model_name="smollm2", max_model_len=2048,
+    fp8 = LaunchSpec("smollm2-135m-instruct", served_model_name="smollm2", max_model_len=2048,
                       kv_events=False, tool_call_parser=None,
                       extra_args=("--kv-cache-dtype", "fp8"))
     with running_replicas([base, fp8], log_dir=tmp_path) as (auto_replica, fp8_replica):

@@ -20,7 +20,7 @@ from engine.kv_events import (
     decode_payload,
     split_replay_reply,
 )
-from engine.vllm_local import LocalReplica, ReplicaSpec, VllmCpuSetup, running_replicas
+from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
 from policies.events import BlockRemoved, BlockStored, EventBatch
 from policies.hashing import block_hashes, chain_seed
 from policies.precise_index import PreciseIndex
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.e2e
 
 MODEL = "qwen2-tiny"
 BLOCKS = 24
-SPEC = ReplicaSpec(model=MODEL, max_model_len=(BLOCKS - 1) * 32, num_gpu_blocks_override=BLOCKS)
+SPEC = LaunchSpec(model=MODEL, max_model_len=(BLOCKS - 1) * 32, num_gpu_blocks_override=BLOCKS)
 
 
 @pytest.fixture(scope="module")
