@@ -37,8 +37,7 @@ from gateway.render import PromptHasher
 from policies.registry import default_registry
 from policies.types import ReplicaView
 
-WORDS = ("the quick brown fox jumps over a lazy dog while the replica keeps its prefix "
-         "cache warm and the router sends every request to the right place").split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "the", "replica", "keeps", "its", "prefix", "cache", "warm", "and", "the", "router", "sends", "every", "request", "to", "the", "right", "place"]
 
 
 def text(rng: random.Random, words: int) -> str:

@@ -44,26 +44,37 @@ blocks, so a burst of requests with a new prefix would scatter. When the
 gateway routes a request, :meth:`speculate` marks its blocks as present on
 that replica for ``speculative_ttl_seconds``; events confirm them meanwhile.
 
+Storage: the confirmed blocks of every replica are one counted
+:mod:`policies.block_table` (block hash -> replicas holding it, with each
+replica's reference count), the speculative ones one ordered table (per
+replica oldest first, each with its expiry). ``match`` walks the prompt's
+hashes once over both, so replicas holding nothing of the prompt cost
+nothing; a block held only speculatively counts while its expiry is ahead.
+The engine maps stay per replica and rank (dicts in insertion order): most
+of this index's memory (about 130 bytes per block in all at 1M blocks).
+
 Parameters:
 
 * ``speculative_ttl_seconds`` (default 2.0): how long a routed request's
   blocks count as present before events must confirm them.
 * ``max_blocks_per_replica`` (default 524_288): memory guard per replica and
   rank; when events were lost and the map outgrows it, the oldest mappings
-  are dropped (counted as ``overflow_drops``).
+  are dropped (counted as ``overflow_drops``). It bounds each replica's
+  speculative blocks too.
+* ``table_factory`` (default: the compiled table when built): where the
+  blocks are stored (:mod:`policies.block_table`; tests pass each one).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .block_table import BlockTable, BlockTableFactory, ReplicaSlots, default_tables
 from .events import AllBlocksCleared, BlockRemoved, BlockStored, EngineHash, EventBatch, KVEvent
 from .hashing import chain_seed, extend
 
 _ACCEPTED_MEDIA = frozenset({"GPU"})
-_NEVER = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,24 +91,27 @@ class PreciseIndexStats:
 
 
 class _ReplicaCache:
-    """One replica's blocks: engine maps per rank, refcounts in our key space."""
+    """One replica: engine maps per rank and counters; its blocks live in the index's
+    tables under ``slot`` (refcounts in our key space, speculation)."""
 
     __slots__ = (
+        "confirmed",
         "engine_maps",
         "ignored_blocks",
         "malformed_events",
         "orphan_blocks",
         "overflow_drops",
-        "refs",
         "salted_roots",
+        "slot",
         "speculative",
         "unknown_removals",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, slot: int, confirmed: BlockTable, speculative: BlockTable) -> None:
+        self.slot = slot
+        self.confirmed = confirmed
+        self.speculative = speculative
         self.engine_maps: dict[int | None, dict[EngineHash, int]] = {}
-        self.refs: dict[int, int] = {}
-        self.speculative: OrderedDict[int, float] = OrderedDict()
         self.orphan_blocks = 0
         self.ignored_blocks = 0
         self.malformed_events = 0
@@ -106,21 +120,17 @@ class _ReplicaCache:
         self.salted_roots = 0
 
     def add(self, our_hash: int) -> None:
-        self.refs[our_hash] = self.refs.get(our_hash, 0) + 1
+        self.confirmed.add(self.slot, our_hash)
 
     def release(self, our_hash: int) -> None:
-        count = self.refs.get(our_hash, 0) - 1
-        if count > 0:
-            self.refs[our_hash] = count
-        else:
-            self.refs.pop(our_hash, None)
+        self.confirmed.release(self.slot, our_hash)
 
     def clear_rank(self, rank: int | None) -> None:
         engine_map = self.engine_maps.pop(rank, None)
         if engine_map is not None:
             for our_hash in engine_map.values():
                 self.release(our_hash)
-        self.speculative.clear()
+        self.speculative.clear(self.slot)
 
 
 class PreciseIndex:
@@ -129,6 +139,7 @@ class PreciseIndex:
         *,
         speculative_ttl_seconds: float = 2.0,
         max_blocks_per_replica: int = 524_288,
+        table_factory: BlockTableFactory = default_tables,
     ) -> None:
         if speculative_ttl_seconds < 0:
             raise ValueError("speculative_ttl_seconds must not be negative")
@@ -137,6 +148,9 @@ class PreciseIndex:
         self.speculative_ttl_seconds = speculative_ttl_seconds
         self.max_blocks_per_replica = max_blocks_per_replica
         self._replicas: dict[str, _ReplicaCache] = {}
+        self._slots = ReplicaSlots()
+        self._confirmed = table_factory(False)
+        self._speculative = table_factory(True)
         self._seeds: dict[tuple[str, int | None], int] = {}
         self._models: dict[tuple[str, int | None], str] = {}
 
@@ -239,50 +253,37 @@ class PreciseIndex:
         """The gateway routed these blocks to the replica: count them until confirmed."""
         if self.speculative_ttl_seconds == 0:
             return
-        speculative = self._cache(replica_id).speculative
-        expires = now + self.speculative_ttl_seconds
-        pop = speculative.pop
-        for block_hash in block_hashes:
-            pop(block_hash, None)
-            speculative[block_hash] = expires
-        while speculative:
-            oldest = next(iter(speculative))
-            if speculative[oldest] > now and len(speculative) <= self.max_blocks_per_replica:
-                break
-            del speculative[oldest]
+        slot = self._cache(replica_id).slot
+        speculative = self._speculative
+        speculative.touch(slot, block_hashes, now + self.speculative_ttl_seconds, False)
+        # The oldest go while over the guard or expired (expiry ``<= now``).
+        speculative.evict(slot, self.max_blocks_per_replica)
+        speculative.drop_stale(slot, now, True)
 
     # -- queries ----------------------------------------------------------
 
     def match(self, block_hashes: Sequence[int], now: float) -> dict[str, int]:
         """Leading blocks of the prompt each replica holds or is speculated to hold."""
-        matched: dict[str, int] = {}
-        for replica_id, cache in self._replicas.items():
-            refs = cache.refs
-            speculative_get = cache.speculative.get
-            run = 0
-            for block_hash in block_hashes:
-                if block_hash not in refs and speculative_get(block_hash, _NEVER) <= now:
-                    break
-                run += 1
-            if run:
-                matched[replica_id] = run
-        return matched
+        return self._confirmed.match(block_hashes, self._slots.ids, now, True,
+                                     self._speculative)
 
     def holds(self, replica_id: str, block_hash: int) -> bool:
         """Whether events confirmed the block on the replica (speculation aside)."""
         cache = self._replicas.get(replica_id)
-        return cache is not None and block_hash in cache.refs
+        return cache is not None and self._confirmed.count(cache.slot, block_hash) > 0
 
     def size(self, replica_id: str) -> int:
         """Distinct confirmed blocks of a replica."""
         cache = self._replicas.get(replica_id)
-        return 0 if cache is None else len(cache.refs)
+        return 0 if cache is None else self._confirmed.size(cache.slot)
 
     def stats(self, replica_id: str) -> PreciseIndexStats:
-        cache = self._replicas.get(replica_id) or _ReplicaCache()
+        cache = self._replicas.get(replica_id)
+        if cache is None:
+            return PreciseIndexStats(0, 0, 0, 0, 0, 0, 0, 0)
         return PreciseIndexStats(
-            confirmed_blocks=len(cache.refs),
-            speculative_blocks=len(cache.speculative),
+            confirmed_blocks=self._confirmed.size(cache.slot),
+            speculative_blocks=self._speculative.size(cache.slot),
             orphan_blocks=cache.orphan_blocks,
             ignored_blocks=cache.ignored_blocks,
             malformed_events=cache.malformed_events,
@@ -298,7 +299,11 @@ class PreciseIndex:
 
     def clear(self, replica_id: str) -> None:
         """Drop a replica's blocks and counters (it went unhealthy); seeds and models are kept."""
-        self._replicas.pop(replica_id, None)
+        if self._replicas.pop(replica_id, None) is not None:
+            slot = self._slots.release(replica_id)
+            assert slot is not None
+            self._confirmed.clear(slot)
+            self._speculative.clear(slot)
 
     # -- the PrefixIndex interface (policies.index) -----------------------
 
@@ -315,7 +320,9 @@ class PreciseIndex:
     def _cache(self, replica_id: str) -> _ReplicaCache:
         cache = self._replicas.get(replica_id)
         if cache is None:
-            cache = self._replicas[replica_id] = _ReplicaCache()
+            cache = _ReplicaCache(self._slots.slot(replica_id), self._confirmed,
+                                  self._speculative)
+            self._replicas[replica_id] = cache
         return cache
 
 

@@ -20,16 +20,20 @@ Each replica's entry set mirrors how vLLM manages its prefix cache:
   them at once and :meth:`record` drops them. This covers what the model
   cannot see (other clients of the replica, restarts, preemption).
 
-``match`` never mutates: a decision can be replayed. It binary-searches the
-leading run instead of walking it: a block's hash is chained to all blocks
-before it, ``record`` touches a prompt's blocks last to first, and eviction
-and staleness go strictly by touch order, so whenever a block is held all
-blocks before it are held and fresher. Holding block ``i`` therefore means
-holding blocks ``0..i``, and "held" is monotone along the prompt. Cost:
-``match`` is O(log blocks) dictionary lookups per replica (O(matched blocks)
-for a replica after :meth:`remove`, which can punch holes), ``record``
-O(blocks) plus amortised O(1) per eviction; memory is bounded by the sum of
-capacities.
+``match`` never mutates: a decision can be replayed. Storage is one
+:mod:`policies.block_table` for all replicas (block hash -> the replicas
+holding it, and per replica an LRU list with each block's last touch), so
+``match`` walks the prompt's hashes once, intersecting holder sets, and costs
+O(matched blocks) lookups plus one freshness check per *matching* replica:
+replicas holding nothing of the prompt cost nothing. Freshness is monotone
+along a chain: a block's hash is chained to all blocks before it, ``record``
+touches a prompt's blocks last to first, and eviction and staleness go
+strictly by touch order, so whenever a block is held all blocks before it
+are held and fresher; when a run's last block is stale the fresh run is
+binary-searched inside it. ``remove`` can punch holes; the walk sees them
+exactly. ``record`` is O(blocks) plus amortised O(1) per eviction; memory is
+bounded by the sum of capacities (about 50-57 bytes per block with the
+compiled table, see :mod:`policies.block_table`).
 
 Parameters:
 
@@ -38,12 +42,15 @@ Parameters:
   real capacity is not known yet.
 * ``max_capacity_blocks`` (default 1_048_576): upper clamp on any capacity,
   a memory guard against a wrong scrape.
+* ``table_factory`` (default: the compiled table when built): where the
+  blocks are stored (:mod:`policies.block_table`; tests pass each one).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+
+from .block_table import BlockTableFactory, ReplicaSlots, default_tables
 
 
 class ApproximatePrefixIndex:
@@ -53,6 +60,7 @@ class ApproximatePrefixIndex:
         ttl_seconds: float = 300.0,
         default_capacity_blocks: int = 8192,
         max_capacity_blocks: int = 1_048_576,
+        table_factory: BlockTableFactory = default_tables,
     ) -> None:
         if ttl_seconds <= 0:
             raise ValueError("ttl_seconds must be positive")
@@ -61,11 +69,11 @@ class ApproximatePrefixIndex:
         self.ttl_seconds = ttl_seconds
         self.default_capacity_blocks = min(default_capacity_blocks, max_capacity_blocks)
         self.max_capacity_blocks = max_capacity_blocks
-        # replica -> block hash -> last time it was touched; oldest first.
-        self._entries: dict[str, OrderedDict[int, float]] = {}
+        # block hash -> replicas holding it; per replica an LRU list of last touches
+        self._table = table_factory(True)
+        # a replica has a slot from its first record until it is cleared
+        self._slots = ReplicaSlots()
         self._capacity: dict[str, int] = {}
-        # Replicas whose entries may have holes (after ``remove``): walked, not searched.
-        self._holes: set[str] = set()
 
     # -- capacity ---------------------------------------------------------
 
@@ -74,9 +82,9 @@ class ApproximatePrefixIndex:
         if blocks <= 0:
             raise ValueError("capacity must be positive")
         self._capacity[replica_id] = min(blocks, self.max_capacity_blocks)
-        entries = self._entries.get(replica_id)
-        if entries is not None:
-            self._evict_to_capacity(replica_id, entries)
+        slot = self._slots.get(replica_id)
+        if slot is not None:
+            self._table.evict(slot, self._capacity[replica_id])
 
     def capacity(self, replica_id: str) -> int:
         return self._capacity.get(replica_id, self.default_capacity_blocks)
@@ -85,30 +93,24 @@ class ApproximatePrefixIndex:
 
     def record(self, replica_id: str, block_hashes: Sequence[int], now: float) -> None:
         """The gateway sent a prompt with these blocks to ``replica_id`` at ``now``."""
-        entries = self._entries.get(replica_id)
-        if entries is None:
-            entries = self._entries[replica_id] = OrderedDict()
-        move_to_end = entries.move_to_end
+        slot = self._slots.slot(replica_id)
+        table = self._table
         # Last block first, so the shared prefix ends up most recently used.
-        for block_hash in reversed(block_hashes):
-            entries[block_hash] = now
-            move_to_end(block_hash)
-        self._evict_to_capacity(replica_id, entries)
-        self._drop_stale(entries, now)
+        table.touch(slot, block_hashes, now, True)
+        table.evict(slot, self.capacity(replica_id))
+        table.drop_stale(slot, now - self.ttl_seconds, False)
 
     def remove(self, replica_id: str, block_hashes: Iterable[int]) -> None:
         """Forget specific blocks of a replica (e.g. the engine reported them gone)."""
-        entries = self._entries.get(replica_id)
-        if entries is None:
-            return
-        self._holes.add(replica_id)
-        for block_hash in block_hashes:
-            entries.pop(block_hash, None)
+        slot = self._slots.get(replica_id)
+        if slot is not None:
+            self._table.discard(slot, list(block_hashes))
 
     def clear(self, replica_id: str) -> None:
         """Forget everything about a replica's cache (capacity is kept)."""
-        self._entries.pop(replica_id, None)
-        self._holes.discard(replica_id)
+        slot = self._slots.release(replica_id)
+        if slot is not None:
+            self._table.clear(slot)
 
     def forget_replica(self, replica_id: str) -> None:
         """The ``PrefixIndex`` name of :meth:`clear`."""
@@ -116,7 +118,8 @@ class ApproximatePrefixIndex:
 
     def expire(self, now: float) -> int:
         """Drop stale entries of every replica; returns how many were dropped."""
-        return sum(self._drop_stale(entries, now) for entries in self._entries.values())
+        cutoff = now - self.ttl_seconds
+        return sum(self._table.drop_stale(slot, cutoff, False) for _, slot in self._slots.items())
 
     # -- queries ----------------------------------------------------------
 
@@ -125,62 +128,19 @@ class ApproximatePrefixIndex:
 
         Replicas holding none of it are left out. Stale entries do not count.
         """
-        cutoff = now - self.ttl_seconds
-        matched: dict[str, int] = {}
-        for replica_id, entries in self._entries.items():
-            get = entries.get
-            if replica_id in self._holes:
-                run = 0
-                for block_hash in block_hashes:
-                    touched = get(block_hash)
-                    if touched is None or touched < cutoff:
-                        break
-                    run += 1  # noqa: SIM113 (stops at the first miss)
-            else:
-                # The largest run whose last block is held and fresh (monotone, see above).
-                run, high = 0, len(block_hashes)
-                while run < high:
-                    middle = (run + high + 1) // 2
-                    touched = get(block_hashes[middle - 1])
-                    if touched is None or touched < cutoff:
-                        high = middle - 1
-                    else:
-                        run = middle
-            if run:
-                matched[replica_id] = run
-        return matched
+        return self._table.match(block_hashes, self._slots.ids, now - self.ttl_seconds, False)
 
     def size(self, replica_id: str) -> int:
         """Blocks currently held for a replica (stale ones included until dropped)."""
-        entries = self._entries.get(replica_id)
-        return 0 if entries is None else len(entries)
+        slot = self._slots.get(replica_id)
+        return 0 if slot is None else self._table.size(slot)
 
     def replicas(self) -> list[str]:
-        return sorted(self._entries)
+        return self._slots.replicas()
 
     def contains(self, replica_id: str, block_hash: int, now: float) -> bool:
-        entries = self._entries.get(replica_id)
-        if entries is None:
+        slot = self._slots.get(replica_id)
+        if slot is None:
             return False
-        touched = entries.get(block_hash)
+        touched = self._table.stamp(slot, block_hash)
         return touched is not None and touched >= now - self.ttl_seconds
-
-    # -- internals --------------------------------------------------------
-
-    def _evict_to_capacity(self, replica_id: str, entries: OrderedDict[int, float]) -> None:
-        excess = len(entries) - self.capacity(replica_id)
-        for _ in range(max(0, excess)):
-            entries.popitem(last=False)
-
-    def _drop_stale(self, entries: OrderedDict[int, float], now: float) -> int:
-        cutoff = now - self.ttl_seconds
-        dropped = 0
-        # Oldest first: stop at the first fresh entry. (With a monotonic clock
-        # the order is by touch time; an out-of-order ``now`` only delays drops.)
-        while entries:
-            oldest_hash = next(iter(entries))
-            if entries[oldest_hash] >= cutoff:
-                break
-            del entries[oldest_hash]
-            dropped += 1
-        return dropped
