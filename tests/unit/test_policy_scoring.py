@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.cost_scorer import CostConfig, CostScorer, estimated_ttft
 from policies.registry import default_registry
@@ -140,3 +142,24 @@ def test_session_table_is_bounded_and_ages():
     assert sessions.get("s2", now=11.5) is None
     sessions.forget_replica("a")
     assert sessions.get("s3", now=3.0) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 10),
+                          st.floats(0.0, 1.0), st.integers(0, 80)), min_size=1, max_size=12),
+       st.integers(1, 3000), st.integers(0, 5))
+def test_the_cost_ranking_scores_are_the_estimated_ttft(
+        loads: list[tuple[int, int, int, float, int]], prompt_tokens: int, rotation: int) -> None:
+    """The scorer inlines ``estimated_ttft`` for speed; the two must never disagree."""
+    replicas = [replica(f"r{i}", inflight=a, running=b, waiting=c, kv_usage=kv)
+                for i, (a, b, c, kv, _) in enumerate(loads)]
+    matched = {f"r{i}": m for i, (*_, m) in enumerate(loads)}
+    request = RouteRequest(model="m", block_hashes=tuple(range(64)),
+                           prompt_tokens=prompt_tokens, block_size=16)
+    config = CostConfig()
+    decision = CostScorer(config).rank(request, Candidates.of(replicas, matched, None, rotation))
+    for view in replicas:
+        assert decision.scores[view.id] == pytest.approx(
+            estimated_ttft(view, matched[view.id], request, config), abs=1e-12)
+    ordered = sorted(replicas, key=lambda r: decision.scores[r.id])
+    assert decision.scores[decision.replica_id] == decision.scores[ordered[0].id]
