@@ -3,6 +3,7 @@ and the gateway's production HTTP backend against scripted servers."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -52,9 +53,10 @@ async def remote_backend() -> AsyncIterator[MakeBackend]:
         await backend.aclose()
 
 
-@pytest.fixture(scope="module")
-def two_sims() -> Iterator[list[SimProcess]]:
-    sims = [SimProcess(sim_args(i)) for i in range(2)]
+@contextlib.contextmanager
+def running_sims(args: list[list[str]]) -> Iterator[list[SimProcess]]:
+    """One sim replica process per argument list, all stopped on the way out."""
+    sims = [SimProcess(a) for a in args]
     try:
         for sim in sims:
             sim.start()
@@ -62,6 +64,12 @@ def two_sims() -> Iterator[list[SimProcess]]:
     finally:
         for sim in sims:
             sim.close()
+
+
+@pytest.fixture(scope="module")
+def two_sims() -> Iterator[list[SimProcess]]:
+    with running_sims([sim_args(i) for i in range(2)]) as sims:
+        yield sims
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
 
-from .conftest import MODEL, gateway_settings, sim_args
+from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
 BLOCK = 16
 STORY = ("The harbour master counted the boats twice each morning, wrote the tally in a "
@@ -46,15 +46,9 @@ TOOLS = [{"type": "function", "function": {
 
 @pytest.fixture(scope="module")
 def four_sims() -> Iterator[list[SimProcess]]:
-    sims = [SimProcess(sim_args(i, "--block-size", str(BLOCK), "--num-blocks", "4096"))
-            for i in range(4)]
-    try:
-        for sim in sims:
-            sim.start()
+    with running_sims([sim_args(i, "--block-size", str(BLOCK), "--num-blocks", "4096")
+                       for i in range(4)]) as sims:
         yield sims
-    finally:
-        for sim in sims:
-            sim.close()
 
 
 @pytest.fixture(scope="module")
@@ -202,22 +196,18 @@ def test_cache_salt_separates_prefixes(gateway: GatewayProcess, qwen: HFRenderer
 @pytest.fixture(scope="module")
 def byte_gateway(four_sims: list[SimProcess]) -> Iterator[GatewayProcess]:
     """No tokenizer configured, and the replicas report a model path this host lacks."""
-    remote = [SimProcess(sim_args(10 + i, "--block-size", str(BLOCK), "--num-blocks", "4096",
-                                  "--model-root", "/models/not-on-this-host"))
-              for i in range(2)]
-    for sim in remote:
-        sim.start()
-    settings = gateway_settings(remote, policy="prefix")
-    settings.pop("models")
-    for replica in settings["replicas"]:
-        replica.pop("model")
-    gw = GatewayProcess(settings)
-    try:
-        yield gw.start()
-    finally:
-        gw.stop()
-        for sim in remote:
-            sim.close()
+    with running_sims([sim_args(10 + i, "--block-size", str(BLOCK), "--num-blocks", "4096",
+                                "--model-root", "/models/not-on-this-host")
+                       for i in range(2)]) as remote:
+        settings = gateway_settings(remote, policy="prefix")
+        settings.pop("models")
+        for replica in settings["replicas"]:
+            replica.pop("model")
+        gw = GatewayProcess(settings)
+        try:
+            yield gw.start()
+        finally:
+            gw.stop()
 
 
 def test_byte_mode_routes_by_prefix_and_says_so(byte_gateway: GatewayProcess,

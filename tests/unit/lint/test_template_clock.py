@@ -59,7 +59,7 @@ def dated(dated_dir: str) -> Linter:
 
 def frozen_template_clock(monkeypatch: pytest.MonkeyPatch, today: dt.datetime) -> None:
     """Inject the clock chat templates read: transformers renders ``strftime_now``
-    with its module's ``datetime.now()`` and accepts no callable from its caller."""
+    from its own module's clock and accepts no callable from its caller."""
 
     class Frozen(dt.datetime):
         @classmethod
