@@ -5,6 +5,7 @@
     prefixgate lint  FILE [--json]    find what breaks prefix caching in prompts
     prefixgate plan  CONFIG [...]     KV-cache capacity per GPU for a model and KV dtype
     prefixgate kv-quality [...]       quality gate: baseline vs quantized-KV candidate
+    prefixgate profiles [show NAME]   named vLLM launch profiles (command line, replica config)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .embedded import EmbeddedUnavailable, embedded_replicas
 from .kv_plan_cli import main as plan_main
 from .kv_quality_cli import main as kv_quality_main
 from .lint_cli import main as lint_main
+from .profiles_cli import main as profiles_main
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -127,7 +129,7 @@ def serve(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"serve": serve, "sim": sim_main, "lint": lint_main, "plan": plan_main,
-                "kv-quality": kv_quality_main}
+                "kv-quality": kv_quality_main, "profiles": profiles_main}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
