@@ -26,6 +26,7 @@ from policies.registry import default_registry
 
 from . import errors
 from .api import build_router
+from .auth import AuthMiddleware, load_store, watching
 from .config import Settings
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
@@ -93,6 +94,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
     # Built here so that a wrong policy or option fails at start-up, not on a request.
     policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
+    keys = load_store(settings.api_keys, settings.tenant_salt_secret,
+                      settings.retry_after_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -104,7 +107,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                     return engines[replica_id].transport
                 return transport(replica_id) if transport else None
 
-            async with _serving(app, live, transports):
+            async with _serving(app, live, transports), \
+                    watching(keys, settings.api_keys_reload_seconds):
                 yield
 
     @contextlib.asynccontextmanager
@@ -115,7 +119,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                            fail_threshold=settings.fail_threshold,
                            default_block_size=settings.default_block_size)
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
-        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers)])
+        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
+                                              *(keys.metrics.collectors() if keys else [])])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         ops = OpsStats()
         proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops))
@@ -186,4 +191,6 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
     errors.install(app)
+    if keys is not None:
+        app.add_middleware(AuthMiddleware, store=keys, metrics_auth=settings.metrics_auth)
     return app

@@ -23,6 +23,7 @@ import uvicorn
 from engine.sim.cli import main as sim_main
 
 from .app import create_app
+from .auth import exposure_warning
 from .config import ConfigError, Settings, load_settings, parse_replica_arg
 from .embedded import EmbeddedUnavailable, embedded_replicas
 from .kv_plan_cli import main as plan_main
@@ -45,6 +46,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
     p.add_argument("--max-body-bytes", type=int)
     p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--api-keys", metavar="FILE",
+                   help="YAML file of client keys, tenants and limits (default: no client "
+                        "authentication; see README, Security)")
     p.add_argument("--access-log", action="store_true", default=None,
                    help="one JSON line per request on the log")
     p.add_argument("--embedded", choices=("vllm-cpu", "sim"),
@@ -58,7 +62,7 @@ def _serve_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
                            "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
-                           "access_log": args.access_log}
+                           "access_log": args.access_log, "api_keys": args.api_keys}
     if args.replica:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
     if args.model:
@@ -102,6 +106,9 @@ def serve(argv: Sequence[str]) -> int:
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
+    exposed = exposure_warning(settings.host, settings.api_keys)
+    if exposed:
+        logging.getLogger("prefixgate").warning(exposed)
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     with contextlib.ExitStack() as stack:

@@ -194,6 +194,16 @@ class Settings(Strict):
     log_level: str = "info"
     access_log: bool = False
     lint: LintSettings = Field(default_factory=LintSettings)
+    api_keys: str | None = None
+    """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth``).
+    Unset: no client authentication, every route open."""
+    api_keys_reload_seconds: float = Field(1.0, gt=0)
+    """How often the key file is checked for changes."""
+    metrics_auth: Literal["open", "key", "admin"] = "open"
+    """With ``api_keys``: what ``/metrics`` needs (no key, any key, an admin key)."""
+    tenant_salt_secret: str | None = None
+    """Secret the tenants' ``cache_salt`` values are derived from; unset: random per
+    process (instances and restarts then disagree: set it for a fleet)."""
 
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
@@ -210,7 +220,8 @@ _ENV_SCALARS = {
     "HOST": "host", "PORT": "port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
-    "TOKENIZER": "tokenizer",
+    "TOKENIZER": "tokenizer", "API_KEYS": "api_keys",
+    "TENANT_SALT_SECRET": "tenant_salt_secret",
 }
 
 

@@ -2,8 +2,11 @@
 
     GatewayError (status, type, code)       -> {"error": {message, type, param, code}}
     ├── InvalidRequest      400 invalid_request_error   bad JSON, schema, render
+    ├── Unauthenticated     401 AuthenticationError     missing or unknown client key
+    ├── PermissionDenied    403 PermissionDeniedError   admin route, key not admin
     ├── ModelNotFound       404 NotFoundError           model not served
     ├── BodyTooLarge        413 invalid_request_error   body over the limit
+    ├── RateLimited         429 RateLimitError          a per-key limit (with Retry-After)
     ├── NoHealthyReplica    503 ServiceUnavailableError (with Retry-After)
     └── UpstreamFailed      502 / 504                   every replica tried failed
 
@@ -43,6 +46,28 @@ class InvalidRequest(GatewayError):
     status = 400
     type = "BadRequestError"
     code = "invalid_request_error"
+
+
+class Unauthenticated(GatewayError):
+    status = 401
+    type = "AuthenticationError"
+    code = "invalid_api_key"
+
+
+class MissingKey(Unauthenticated):
+    code = "missing_api_key"
+
+
+class PermissionDenied(GatewayError):
+    status = 403
+    type = "PermissionDeniedError"
+    code = "permission_denied"
+
+
+class RateLimited(GatewayError):
+    status = 429
+    type = "RateLimitError"
+    code = "rate_limit_exceeded"
 
 
 class ModelNotFound(GatewayError):

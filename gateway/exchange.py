@@ -28,6 +28,7 @@ from starlette.requests import Request
 
 from policies.types import Decision, RouteRequest
 
+from .auth import CLIENT_KEY_HEADERS, GRANT, Grant, estimate_tokens
 from .schemas import Sampling, parse_json, validate
 from .usage import Usage
 
@@ -96,7 +97,29 @@ class Exchange:
         for name in FORWARDED_REQUEST_HEADERS:
             if name in headers:
                 self.forward_headers[name] = headers[name]
+        self._isolate(len(raw))
         return self.body.model
+
+    def _isolate(self, body_bytes: int) -> None:
+        """With client keys (``gateway.auth``): the key's tenant is the tenant, its
+        ``cache_salt`` goes into the body that is routed and forwarded, its session
+        ids are its own, its token budget is charged, and its key stays here."""
+        grant: Grant | None = self.client.scope.get(GRANT)
+        if grant is None:
+            return
+        self.tenant = grant.tenant
+        if self.session_key is not None:
+            self.session_key = f"{grant.tenant}\x00{self.session_key}"
+        self.data = grant.isolate(self.data)
+        self.forward_body = orjson.dumps(self.data)
+        for secret in CLIENT_KEY_HEADERS:
+            self.forward_headers.pop(secret, None)
+        grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
+
+    def tokens_used(self) -> int | None:
+        """Prompt and completion tokens, as the replica's ``usage`` reported them."""
+        usage = self.outcome.usage
+        return None if usage is None else usage.prompt_tokens + usage.completion_tokens
 
     def set_model(self, model: str) -> None:
         """The model the request is routed for (filled in when the client left it out)."""
