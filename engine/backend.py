@@ -22,12 +22,19 @@ DROP_REQUEST_HEADERS = frozenset({"host", "content-length", "connection", "trans
 class Timeouts:
     connect: float = 5.0
     """Seconds to establish a connection."""
-    first_byte: float = 600.0
-    """Seconds until the response starts (a non-streaming reply arrives whole)."""
-    idle: float = 120.0
-    """Seconds allowed between two chunks of a streaming response."""
-    probe: float = 5.0
-    """Seconds for health checks and metric scrapes."""
+    first_byte: float = 30.0
+    """Seconds until a stream's status line and first chunk (the time to first token,
+    queueing included). Enforced by the gateway's proxy, which fails over when it passes."""
+    response: float = 300.0
+    """Seconds until a response's status line. vLLM sends a non-streaming answer's
+    status line when the answer is complete, so this bounds the whole generation;
+    a replica that hangs meanwhile is caught sooner by its breaker (health probes)."""
+    idle: float = 30.0
+    """Seconds allowed between two chunks of a body (a stream's tokens, or a
+    non-streaming body once its status line came)."""
+    probe: float = 2.0
+    """Seconds for health checks and metric scrapes: ``/health`` is trivial, so a
+    replica that takes longer has stopped answering."""
 
 
 @dataclass(slots=True)

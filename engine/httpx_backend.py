@@ -46,11 +46,11 @@ class HttpxBackend:
         out_headers["content-type"] = "application/json"
         request = self._client.build_request("POST", path, content=body, headers=out_headers)
         try:
-            async with asyncio.timeout(self.timeouts.first_byte):
+            async with asyncio.timeout(self.timeouts.response):
                 response = await self._client.send(request, stream=True)
         except TimeoutError:
             raise ReplicaTimeout(self.replica_id,
-                                     "no response before the first-byte timeout") from None
+                                     "no status line before the response timeout") from None
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                 httpx.ReadError, httpx.WriteError, httpx.PoolTimeout) as exc:
             raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None

@@ -3,10 +3,17 @@
 Each replica gets its own probe loop (a slow replica never delays another):
 ``GET /health``; when that answers 200, ``GET /metrics`` (vLLM's running /
 waiting / KV usage / prefix-cache counters, block size and capacity from
-``vllm:cache_config_info``) and, now and then, ``GET /v1/models``. A replica
-that fails ``fail_threshold`` probes in a row — or that the request path
-reports as unreachable — leaves rotation at once; one good probe brings it
-back. Listeners hear every change of health (policies drop what they knew).
+``vllm:cache_config_info``) and, now and then, ``GET /v1/models``.
+
+Each replica has a circuit breaker (``engine.breaker``): ``fail_threshold``
+failed probes in a row (a failed probe is retried at once, so a replica that
+stops answering is out within about two probe timeouts), a request the request
+path reports as failed (unreachable, or no first byte in time), or a time to
+first token much slower than its peers' (``SlowDetector``) open it; after the
+cool-down one trial — a probe or a request — goes through (half-open) and a
+good one closes it. A replica is ``healthy`` while its breaker is closed; a
+half-open one is a routing candidate (``snapshot``) until its trial is taken.
+Listeners hear every change of health (policies drop what they knew).
 
 In-flight accounting is the gateway's own: ``with pool.lease(id):`` counts a
 request from the moment it is routed until its last byte, whatever way it ends.
@@ -28,6 +35,15 @@ import orjson
 from policies.types import ReplicaView
 
 from .backend import Backend
+from .breaker import (
+    COOLDOWN,
+    BreakerSettings,
+    CircuitBreaker,
+    Reason,
+    SlowDetector,
+    SlowSettings,
+    State,
+)
 from .errors import EngineError
 from .scrape import ReplicaMetrics, parse_vllm_metrics
 from .tasks import cancel
@@ -65,6 +81,8 @@ class Replica:
     last_probe: float | None = None
     consecutive_failures: int = 0
     probes: int = 0
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    """Starts open with its cool-down behind it: the first probe is its trial."""
 
     @property
     def id(self) -> str:
@@ -81,10 +99,10 @@ class Replica:
     def block_size(self, default: int) -> int:
         return self.spec.block_size or self.metrics.block_size or default
 
-    def view(self, default_block_size: int) -> ReplicaView:
+    def view(self, default_block_size: int, now: float | None = None) -> ReplicaView:
         return ReplicaView(
             id=self.spec.id,
-            healthy=self.healthy,
+            healthy=self.healthy if now is None else self.breaker.admits(now),
             inflight=self.inflight,
             running=self.metrics.running,
             waiting=self.metrics.waiting,
@@ -103,16 +121,22 @@ class ReplicaPool:
         models_every: int = 10,
         default_block_size: int = 16,
         clock: Callable[[], float] = time.monotonic,
+        cooldown: float = COOLDOWN,
+        slow: SlowSettings | None = None,
     ) -> None:
         ids = [spec.id for spec, _ in replicas]
         if len(set(ids)) != len(ids):
             raise ValueError(f"replica ids must be unique: {ids}")
-        self._replicas = {spec.id: Replica(spec, backend) for spec, backend in replicas}
-        self.health_interval = health_interval
         self.fail_threshold = max(1, fail_threshold)
+        self._clock = clock
+        self.breaker_settings = BreakerSettings(fail_threshold=self.fail_threshold,
+                                                cooldown=cooldown)
+        self._replicas = {spec.id: Replica(spec, backend, breaker=self.new_breaker())
+                          for spec, backend in replicas}
+        self.slow = SlowDetector(slow or SlowSettings())
+        self.health_interval = health_interval
         self.models_every = max(1, models_every)
         self.default_block_size = default_block_size
-        self._clock = clock
         self._listeners: list[HealthListener] = []
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -146,7 +170,10 @@ class ReplicaPool:
         return self._replicas[replica_id]
 
     def snapshot(self, model: str | None = None) -> list[ReplicaView]:
-        return [r.view(self.default_block_size) for r in self._replicas.values()
+        """Every replica (serving ``model``); ``healthy`` there means "may be routed to
+        now": a closed breaker, or a half-open one whose trial is not taken."""
+        now = self._clock()
+        return [r.view(self.default_block_size, now) for r in self._replicas.values()
                 if model is None or model in r.models]
 
     def serving(self, model: str) -> list[Replica]:
@@ -171,25 +198,64 @@ class ReplicaPool:
 
     @contextlib.contextmanager
     def lease(self, replica_id: str) -> Iterator[Replica]:
+        """Count a request on the replica; a half-open replica's first is its trial."""
         replica = self._replicas[replica_id]
         replica.inflight += 1
+        trial = replica.breaker.attempt(self._clock())
         try:
             yield replica
         finally:
             replica.inflight -= 1
+            replica.breaker.attempt_ended(trial)
+
+    def new_breaker(self) -> CircuitBreaker:
+        """A breaker with the pool's settings (for a replica added later, too)."""
+        return CircuitBreaker(self.breaker_settings, now=self._clock())
 
     def report_failure(self, replica_id: str, error: str) -> None:
-        """The request path could not reach the replica: take it out now."""
+        """The request path could not reach the replica, or got no first byte in
+        time: open its breaker now."""
         replica = self._replicas[replica_id]
         replica.last_error = error
-        replica.consecutive_failures = max(replica.consecutive_failures, self.fail_threshold)
-        self._set_health(replica, False)
+        replica.breaker.request_failed(self._clock())
+        self._sync(replica)
+
+    def report_first_byte(self, replica_id: str, ttft: float | None) -> None:
+        """The replica answered (``ttft``: a stream's time to first token). A trial
+        closes the breaker unless it is still slow; a replica much slower than
+        its peers in rotation opens it."""
+        replica = self._replicas[replica_id]
+        breaker = replica.breaker
+        peers = [r.id for r in self._replicas.values()
+                 if r.id != replica_id and r.breaker.state is State.CLOSED]
+        slow = False
+        if ttft is not None:
+            if breaker.state is State.CLOSED:
+                self.slow.record(replica_id, ttft)
+                slow = self.slow.is_slow(replica_id, peers)
+            else:
+                slow = self.slow.trial_is_slow(ttft, peers)
+        if slow:
+            replica.last_error = "much slower than its peers (time to first token)"
+        breaker.success(self._clock(), slow=slow)
+        self._sync(replica)
+
+    def breaker_state(self, replica_id: str) -> State:
+        return self._replicas[replica_id].breaker.tick(self._clock())
+
+    def tripped(self, replica_id: str) -> bool:
+        """Whether the replica's breaker is open because it failed (not for slowness):
+        requests still waiting on it are better sent elsewhere."""
+        breaker = self._replicas[replica_id].breaker
+        return breaker.state is State.OPEN and breaker.reason is Reason.FAILING
 
     # -- probing -----------------------------------------------------------------
 
     async def _probe_loop(self, replica: Replica) -> None:
         while True:
-            await asyncio.sleep(self.health_interval)
+            if not (replica.breaker.state is State.CLOSED and replica.breaker.failures):
+                # A failed probe of a replica in rotation is retried at once.
+                await asyncio.sleep(self.health_interval)
             await self.probe(replica)
 
     async def probe(self, replica: Replica) -> None:
@@ -206,12 +272,11 @@ class ReplicaPool:
                 await self._models(replica)
         except EngineError as exc:
             replica.last_error = exc.detail
-            replica.consecutive_failures += 1
-            if replica.consecutive_failures >= self.fail_threshold:
-                self._set_health(replica, False)
+            replica.breaker.probe_failed(self._clock())
+            self._sync(replica)
             return
-        replica.consecutive_failures = 0
-        self._set_health(replica, True)
+        replica.breaker.success(self._clock(), from_probe=True)
+        self._sync(replica)
 
     async def _models(self, replica: Replica) -> None:
         status, body = await replica.backend.get("/v1/models")
@@ -233,6 +298,15 @@ class ReplicaPool:
             if root:
                 return root
         return None
+
+    def _sync(self, replica: Replica) -> None:
+        """``healthy`` follows the breaker: in rotation while it is closed."""
+        breaker = replica.breaker
+        replica.consecutive_failures = breaker.failures
+        healthy = breaker.state is State.CLOSED
+        if not healthy and replica.healthy:
+            self.slow.forget(replica.id)
+        self._set_health(replica, healthy)
 
     def _set_health(self, replica: Replica, healthy: bool) -> None:
         if replica.healthy == healthy:

@@ -72,14 +72,14 @@ class RemoteBackend:
         for attempt in (1, 2):
             try:
                 session = self._client() if attempt == 1 else self._fresh_client()
-                async with asyncio.timeout(self.timeouts.first_byte):
+                async with asyncio.timeout(self.timeouts.response):
                     response = await session.post(url, data=body, headers=out)
                 break
             except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
                 raise ReplicaUnavailable(self.replica_id, "cannot connect: timed out") from None
             except TimeoutError:
                 raise ReplicaTimeout(self.replica_id,
-                                     "no response before the first-byte timeout") from None
+                                     "no status line before the response timeout") from None
             except aiohttp.ClientConnectorError as exc:
                 raise ReplicaUnavailable(self.replica_id, f"cannot connect: {exc}") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:

@@ -18,7 +18,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from engine.backend import Backend, Timeouts
+from engine.backend import Backend
 from engine.httpx_backend import HttpxBackend
 from engine.pool import ReplicaPool, ReplicaSpec
 from engine.remote import RemoteBackend
@@ -28,6 +28,7 @@ from . import errors
 from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
 from .config import Settings
+from .drain import Drain
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
@@ -54,8 +55,7 @@ TransportFactory = Callable[[str], "httpx.AsyncBaseTransport | None"]
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
     """One backend per replica; ``transport`` may supply each one's httpx transport."""
-    t = settings.timeouts
-    timeouts = Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle, probe=t.probe)
+    timeouts = settings.timeouts.engine()
     out: list[tuple[ReplicaSpec, Backend]] = []
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
@@ -84,9 +84,16 @@ class GatewayApp(FastAPI):
     (``gateway.streaming``).
     """
 
+    drain: Drain | None = None
+    """Set by ``create_app``: while it drains, new routed requests are refused."""
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND] = send
+            refusal = self.drain.refusal(scope) if self.drain is not None else None
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -94,6 +101,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
     # Built here so that a wrong policy or option fails at start-up, not on a request.
     policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
+    drain = Drain(settings.drain_seconds, settings.retry_after_seconds)
     keys = load_store(settings.api_keys, settings.tenant_salt_secret,
                       settings.retry_after_seconds)
 
@@ -117,13 +125,16 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         pool = ReplicaPool(build_backends(settings, transport),
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,
-                           default_block_size=settings.default_block_size)
+                           default_block_size=settings.default_block_size,
+                           cooldown=settings.breaker.cooldown,
+                           slow=settings.breaker.slow.engine())
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
                                               *(keys.metrics.collectors() if keys else [])])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         ops = OpsStats()
-        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops))
+        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops),
+                      timeouts=settings.timeouts.engine(), drain=drain)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn))
         state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops,
@@ -190,6 +201,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
 
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.drain = drain
     errors.install(app)
     if keys is not None:
         app.add_middleware(AuthMiddleware, store=keys, metrics_auth=settings.metrics_auth)

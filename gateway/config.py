@@ -23,9 +23,12 @@ from pydantic import (
 )
 
 from engine.backend import Timeouts
+from engine.breaker import BreakerSettings, SlowSettings
 from engine.pool import FAIL_THRESHOLD
 
 _TIMEOUTS = Timeouts()
+_BREAKER = BreakerSettings()
+_SLOW = SlowSettings()
 
 
 class ConfigError(ValueError):
@@ -41,8 +44,51 @@ class TimeoutSettings(Strict):
 
     connect: float = Field(_TIMEOUTS.connect, gt=0)
     first_byte: float = Field(_TIMEOUTS.first_byte, gt=0)
+    """A stream's status line and first chunk; past it the next replica is tried."""
+    response: float = Field(_TIMEOUTS.response, gt=0)
+    """Any answer's status line (a non-streaming answer's comes when it is complete)."""
     idle: float = Field(_TIMEOUTS.idle, gt=0)
     probe: float = Field(_TIMEOUTS.probe, gt=0)
+
+    def engine(self) -> Timeouts:
+        return Timeouts(connect=self.connect, first_byte=self.first_byte,
+                        response=self.response, idle=self.idle, probe=self.probe)
+
+
+class SlowReplicaSettings(Strict):
+    """A replica much slower than its peers leaves rotation (``engine.breaker``)."""
+
+    enabled: bool = _SLOW.enabled
+    factor: float = Field(_SLOW.factor, gt=1)
+    window: int = Field(_SLOW.window, ge=1)
+    min_samples: int = Field(_SLOW.min_samples, ge=1)
+    min_ttft: float = Field(_SLOW.min_ttft, ge=0)
+
+    def engine(self) -> SlowSettings:
+        return SlowSettings(enabled=self.enabled, factor=self.factor, window=self.window,
+                            min_samples=self.min_samples, min_ttft=self.min_ttft)
+
+
+class BreakerSettingsModel(Strict):
+    """Each replica's circuit breaker (``engine.breaker``)."""
+
+    cooldown: float = Field(_BREAKER.cooldown, gt=0)
+    """Seconds an open breaker waits before one trial (half-open)."""
+    slow: SlowReplicaSettings = Field(default_factory=SlowReplicaSettings)
+
+
+class ServerSettings(Strict):
+    """The HTTP server's protection against slow and idle clients (``gateway.server``)."""
+
+    header_timeout: float = Field(10.0, gt=0)
+    """Seconds from a connection (or the end of its last answer's request) until a
+    request's headers are complete; an idle new connection is cut at it too."""
+    body_timeout: float = Field(30.0, gt=0)
+    """Seconds from the end of the headers until the body is complete (408 after)."""
+    keep_alive: float = Field(5.0, gt=0)
+    """Seconds an idle keep-alive connection stays open between requests."""
+    max_connections: int = Field(4096, ge=1)
+    """Open connections (or running requests) above which new requests get a 503."""
 
 
 class KVEventSettings(Strict):
@@ -189,6 +235,11 @@ class Settings(Strict):
     fail_threshold: int = Field(FAIL_THRESHOLD, ge=1)
     """Failed probes in a row before a replica leaves rotation (a refused
     connection on the request path takes it out at once)."""
+    breaker: BreakerSettingsModel = Field(default_factory=BreakerSettingsModel)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    drain_seconds: float = Field(30.0, ge=0)
+    """On SIGTERM: seconds in-flight requests may finish before their streams are
+    ended with an error event (new requests get 503 meanwhile)."""
     default_block_size: int = Field(16, gt=0)
     retry_after_seconds: int = Field(1, ge=0)
     log_level: str = "info"

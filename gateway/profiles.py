@@ -83,8 +83,11 @@ class Profile:
                 "replay_endpoint": f"tcp://*:{KV_REPLAY_PORT}", "topic": KV_TOPIC}
 
     def serve_args(self, host: str = "0.0.0.0", port: int = VLLM_PORT) -> list[str]:
-        """Everything after ``vllm serve``."""
-        return [*self.vllm_settings().to_args(), "--host", host, "--port", str(port),
+        """Everything after ``vllm serve``: the model first, positional (vLLM 0.32 warns
+        that ``serve --model`` will go away), then the flags."""
+        flag, model, *flags = self.vllm_settings().to_args()
+        assert flag == "--model"
+        return [model, *flags, "--host", host, "--port", str(port),
                 "--kv-events-config", json.dumps(self.kv_events_config(), separators=(",", ":"))]
 
     def command(self, host: str = "0.0.0.0", port: int = VLLM_PORT) -> list[str]:

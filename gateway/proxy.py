@@ -5,9 +5,19 @@ take a lease, send, and wait for the first byte of the answer — the status
 line and, for a stream, the first chunk; for a non-streaming answer, the
 whole body (it is small, and buffering it keeps failover possible until the
 client has seen anything). A replica that cannot be reached or times out
-before that point is reported to the pool (it leaves rotation) and the next
+before that point is reported to the pool (its breaker opens) and the next
 one is tried. After the first byte nothing is retried: a broken stream ends
 with an error event (see ``streaming``).
+
+Deadlines: a stream's status line and first chunk within
+``timeouts.first_byte``; any status line within ``timeouts.response`` (the
+backend's; a non-streaming answer's status line comes with the whole answer);
+body chunks within ``timeouts.idle``. While the request waits, a
+:class:`~gateway.interrupts.RequestGuard` watches the client (a disconnect
+abandons the attempt and so aborts the upstream request, even before its
+status line), the replica (a breaker opened for failing sends the request to
+the next replica) and the drain (its end answers 503). The answer's time to
+first chunk goes to the pool, which compares it with the replica's peers.
 
 An answer with an error status from a replica is passed through unchanged.
 """
@@ -19,24 +29,36 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
-from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.backend import UpstreamResponse
-from engine.errors import EngineError, ReplicaTimeout
+from engine.backend import Timeouts, UpstreamResponse
+from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable
 from engine.pool import ReplicaPool
 
+from .drain import Drain
 from .errors import UpstreamFailed, UpstreamTimeout
 from .exchange import Exchange
+from .interrupts import ClientGone, RequestGuard
 from .metrics import GatewayMetrics
-from .streaming import RelayStream, wait_disconnect
+from .streaming import RelayStream, StreamCut
 from .usage import StreamObserver, usage_from_json
 
 log = logging.getLogger("prefixgate.proxy")
 
 _PASS_RESPONSE_HEADERS = ("content-type",)
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    upstream: UpstreamResponse
+    body: bytes
+    """A stream's first chunk, or a non-streaming answer's whole body."""
+    ttft: float | None
+    """A stream's seconds from sending to its first chunk."""
+    streams: bool
 
 
 class Recorder(Protocol):
@@ -48,45 +70,50 @@ class Recorder(Protocol):
 
 class Proxy:
     def __init__(self, pool: ReplicaPool, metrics: GatewayMetrics, max_attempts: int,
-                 recorder: Recorder, clock: Callable[[], float] = time.perf_counter) -> None:
+                 recorder: Recorder, clock: Callable[[], float] = time.perf_counter,
+                 timeouts: Timeouts | None = None, drain: Drain | None = None) -> None:
         self.pool = pool
         self.metrics = metrics
         self.max_attempts = max_attempts
         self.recorder = recorder
         self.clock = clock
+        self.first_byte = (timeouts or Timeouts()).first_byte
+        self.drain = drain or Drain(0)
+        self._guards: set[RequestGuard] = set()
+        pool.add_listener(self._on_health)
 
     async def forward(self, exchange: Exchange) -> Response | RelayStream:
         """Send the exchange to the replicas of its decision, in order, until one answers."""
         assert exchange.decision is not None
-        outcome = exchange.outcome
-        last_error: EngineError | None = None
-        path, body, headers = exchange.route.path, exchange.forward_body, exchange.forward_headers
         before_forward = self.clock() - exchange.started
         self.metrics.overhead_seconds.observe(before_forward)
+        guard = RequestGuard(exchange.client.receive)
+        self._guards.add(guard)
+        try:
+            with self.drain.tracking(guard):
+                return await self._try_replicas(exchange, guard, before_forward)
+        except ClientGone:
+            outcome = exchange.outcome
+            outcome.status, outcome.error = 499, "client disconnected"
+            self.recorder.record(exchange)
+            return Response(status_code=499)
+        finally:
+            guard.close()
+            self._guards.discard(guard)
+
+    async def _try_replicas(self, exchange: Exchange, guard: RequestGuard,
+                            before_forward: float) -> Response | RelayStream:
+        assert exchange.decision is not None
+        outcome = exchange.outcome
+        last_error: EngineError | None = None
         for replica_id in exchange.decision.order[: self.max_attempts]:
             outcome.attempts += 1
+            outcome.replica_id = replica_id
             stack = contextlib.ExitStack()
             stack.enter_context(self.pool.lease(replica_id))
             try:
-                upstream = await self.pool.get(replica_id).backend.send(path, body, headers)
-                if exchange.stream and upstream.status_code == 200:
-                    first = await self._first_chunk(upstream)
-                    received = self.clock()
-                    outcome.ttft = received - exchange.started
-
-                    def first_sent(received: float = received) -> None:
-                        self.metrics.added_ttft_seconds.observe(
-                            before_forward + self.clock() - received)
-
-                    return self._relay(upstream, first, replica_id, exchange, stack,
-                                       self._headers(upstream, exchange, replica_id), first_sent)
-                payload = await self._read_all(exchange.client, upstream)
-                if payload is None:
-                    stack.close()
-                    outcome.replica_id, outcome.status = replica_id, 499
-                    outcome.error = "client disconnected"
-                    self.recorder.record(exchange)
-                    return Response(status_code=499)
+                with guard.waiting_on(replica_id):
+                    answer = await self._attempt(exchange, replica_id)
             except EngineError as exc:
                 stack.close()
                 last_error = exc
@@ -97,19 +124,65 @@ class Proxy:
             except BaseException:
                 stack.close()
                 raise
-            stack.close()
-            outcome.replica_id = replica_id
-            outcome.status = upstream.status_code
-            if upstream.status_code == 200:
-                outcome.usage = usage_from_json(payload)
-                outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
-            self.recorder.record(exchange)
-            return Response(payload, status_code=upstream.status_code,
-                            headers=self._headers(upstream, exchange, replica_id))
+            return self._answer(exchange, replica_id, answer, stack, before_forward)
         message = last_error.detail if last_error else "no replica could be tried"
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
         raise UpstreamFailed(f"all {outcome.attempts} replica(s) tried failed; last: {message}")
+
+    async def _attempt(self, exchange: Exchange, replica_id: str) -> _Answer:
+        """Send to one replica and wait for the first byte: a stream's status line and
+        first chunk (within ``first_byte``), or a non-streaming answer's whole body."""
+        backend = self.pool.get(replica_id).backend
+        sent = self.clock()
+        if not exchange.stream:
+            upstream = await backend.send(exchange.route.path, exchange.forward_body,
+                                          exchange.forward_headers)
+            return _Answer(upstream, await upstream.read(), None, False)
+        try:
+            async with asyncio.timeout(self.first_byte):
+                upstream = await backend.send(exchange.route.path, exchange.forward_body,
+                                              exchange.forward_headers)
+                if upstream.status_code != 200:
+                    return _Answer(upstream, await upstream.read(), None, False)
+                first = await self._first_chunk(upstream)
+        except TimeoutError:
+            raise ReplicaTimeout(replica_id, "no first token within the first-byte timeout "
+                                 f"({self.first_byte:g}s)") from None
+        return _Answer(upstream, first, self.clock() - sent, True)
+
+    def _answer(self, exchange: Exchange, replica_id: str, answer: _Answer,
+                stack: contextlib.ExitStack, before_forward: float) -> Response | RelayStream:
+        """What the client gets from the replica that answered (which closes its breaker)."""
+        self.pool.report_first_byte(replica_id, answer.ttft)
+        upstream, outcome = answer.upstream, exchange.outcome
+        headers = self._headers(upstream, exchange, replica_id)
+        if answer.streams:
+            received = self.clock()
+            outcome.ttft = received - exchange.started
+
+            def first_sent() -> None:
+                self.metrics.added_ttft_seconds.observe(
+                    before_forward + self.clock() - received)
+
+            return self._relay(upstream, answer.body, replica_id, exchange, stack, headers,
+                               first_sent)
+        stack.close()
+        outcome.status = upstream.status_code
+        if upstream.status_code == 200:
+            outcome.usage = usage_from_json(answer.body)
+            outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
+        self.recorder.record(exchange)
+        return Response(answer.body, status_code=upstream.status_code, headers=headers)
+
+    def _on_health(self, replica_id: str, healthy: bool) -> None:
+        """A replica whose breaker opened because it failed: requests waiting on it go on."""
+        if healthy or not self.pool.tripped(replica_id):
+            return
+        for guard in list(self._guards):
+            if guard.replica_id == replica_id:
+                guard.interrupt(ReplicaUnavailable(
+                    replica_id, "left rotation while the request waited for it"))
 
     async def _first_chunk(self, upstream: UpstreamResponse) -> bytes:
         try:
@@ -120,23 +193,6 @@ class Proxy:
             raise
         await upstream.close()
         return b""
-
-    async def _read_all(self, request: Request, upstream: UpstreamResponse) -> bytes | None:
-        """The whole body, abandoned (and the upstream request aborted) on disconnect."""
-        reader = asyncio.ensure_future(upstream.read())
-        watcher = asyncio.ensure_future(wait_disconnect(request.receive))
-        try:
-            done, _ = await asyncio.wait({reader, watcher}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done:
-                return reader.result()
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
-            return None
-        finally:
-            watcher.cancel()
-            if not reader.done():
-                reader.cancel()
 
     def _relay(self, upstream: UpstreamResponse, first: bytes, replica_id: str,
                exchange: Exchange, stack: contextlib.ExitStack,
@@ -157,12 +213,14 @@ class Proxy:
                     outcome.error = error.detail
                     self.metrics.stream_errors.labels(replica_id).inc()
                     self.pool.report_failure(replica_id, error.detail)
+                elif isinstance(error, StreamCut):
+                    outcome.error = "ended at the end of the drain period"
                 elif error is not None:
                     outcome.error = "client disconnected"
                 self.recorder.record(exchange)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
-                           observer.feed, finish, first_sent)
+                           observer.feed, finish, first_sent, tracking=self.drain.tracking)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

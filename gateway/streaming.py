@@ -9,14 +9,16 @@ the request and frees its KV blocks.
 
 An upstream failure after the first byte cannot be retried (the client has
 part of the answer), so it ends the stream with an OpenAI-shaped error event
-that the official client raises as an ``APIError``.
+that the official client raises as an ``APIError``. So does the end of the
+gateway's drain period (``cut``, see ``gateway.drain``): a stream is never
+left as a truncated body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
 import orjson
 from starlette.responses import Response
@@ -29,6 +31,23 @@ from .errors import error_body
 RAW_SEND = "prefixgate.send"
 """Scope key of the server's unwrapped ``send`` (set by ``gateway.app.GatewayApp``)."""
 
+Tracker = Callable[[object], contextlib.AbstractContextManager[None]]
+"""``gateway.drain.Drain.tracking``: holds the stream while it relays, so it can be cut."""
+
+
+def error_event(status: int, message: str, type_: str, code: str) -> bytes:
+    """An OpenAI-shaped error as the last SSE event of a stream."""
+    return b"data: " + orjson.dumps(error_body(status, message, type_, code=code)) + b"\n\n"
+
+
+class StreamCut(Exception):
+    """The gateway ended the stream (its drain period is over)."""
+
+
+@contextlib.contextmanager
+def _untracked(item: object) -> Iterator[None]:
+    yield
+
 
 class RelayStream(Response):
     def __init__(
@@ -40,6 +59,7 @@ class RelayStream(Response):
         on_chunk: Callable[[bytes], None],
         on_finish: Callable[[BaseException | None], Awaitable[None]],
         on_first_sent: Callable[[], None] | None = None,
+        tracking: Tracker = _untracked,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.first_chunk = first_chunk
@@ -51,6 +71,15 @@ class RelayStream(Response):
         self.on_chunk = on_chunk
         self.on_finish = on_finish
         self.on_first_sent = on_first_sent
+        self.tracking = tracking
+        self._relay_task: asyncio.Future[None] | None = None
+        self._cut = False
+
+    def cut(self) -> None:
+        """End the stream now with an error event (the drain period is over)."""
+        self._cut = True
+        if self._relay_task is not None:
+            self._relay_task.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body_send = scope.get(RAW_SEND, send)
@@ -61,8 +90,9 @@ class RelayStream(Response):
             # has ready: under load, the burst of other streams' chunks that a
             # replica's engine step releases at once, which is when a first
             # token arrives.
-            await self._begin(send, body_send)
-            outcome = await self._relay_rest(receive, send, body_send)
+            with self.tracking(self):
+                await self._begin(send, body_send)
+                outcome = await self._relay_rest(receive, send, body_send)
         except BaseException as exc:
             outcome = exc
             raise
@@ -83,7 +113,9 @@ class RelayStream(Response):
     async def _relay_rest(self, receive: Receive, send: Send,
                           body_send: Send) -> BaseException | None:
         """Relay the rest until it ends (its error, or None) or the client leaves."""
-        relay = asyncio.ensure_future(self._relay(send, body_send))
+        relay = self._relay_task = asyncio.ensure_future(self._relay(send, body_send))
+        if self._cut:
+            relay.cancel()
         watcher = asyncio.ensure_future(wait_disconnect(receive))
         try:
             done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
@@ -92,11 +124,16 @@ class RelayStream(Response):
             raise
         finally:
             watcher.cancel()
-        if relay in done:
+        if relay in done and not relay.cancelled():
             return relay.exception()
         relay.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await relay
+        if self._cut and watcher not in done:
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": error_event(503, "the gateway is shutting down: stream ended",
+                                            "ServiceUnavailableError", "gateway_draining")})
+            return StreamCut("the drain period is over")
         return ConnectionAbortedError("client disconnected")
 
     async def _relay(self, send: Send, body_send: Send) -> None:
@@ -106,9 +143,8 @@ class RelayStream(Response):
                 on_chunk(chunk)
                 await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
-            event = error_body(502, f"the replica failed mid-stream: {exc.detail}",
-                               "BadGatewayError", code="upstream_stream_broken")
-            payload = b"data: " + orjson.dumps(event) + b"\n\n"
+            payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
+                                  "BadGatewayError", "upstream_stream_broken")
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             raise
         await send({"type": "http.response.body", "body": b"", "more_body": False})

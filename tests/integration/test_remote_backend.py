@@ -203,7 +203,7 @@ async def test_a_connect_that_hangs_is_unavailable_after_the_connect_timeout(
     # Nothing was sent: the gateway may try another replica, and the error
     # says it was the connection, not the replica's answer, that timed out.
     backend = remote_backend(f"http://127.0.0.1:{unaccepting_port}",
-                     connect=0.2, first_byte=GUARD * 2)
+                     connect=0.2, response=GUARD * 2)
     with pytest.raises(ReplicaUnavailable, match="connect"):
         await asyncio.wait_for(backend.send(PATH, BODY, {}), GUARD)
 
@@ -217,8 +217,8 @@ async def test_no_status_line_in_time_is_a_timeout_and_the_request_is_abandoned(
         abandoned.set_result(await connection.closed_by_client())
 
     async with scripted_server(script) as server:
-        backend = remote_backend(server.url, first_byte=0.3)
-        with pytest.raises(ReplicaTimeout, match="first-byte"):
+        backend = remote_backend(server.url, response=0.3)
+        with pytest.raises(ReplicaTimeout, match="response timeout"):
             await asyncio.wait_for(backend.send(PATH, BODY, {}), GUARD)
         # closing the connection is how vLLM learns to abort the request
         assert await asyncio.wait_for(abandoned, GUARD)

@@ -36,7 +36,7 @@ def test_the_three_profiles_carry_the_guides_flags() -> None:
                                  "--max-model-len", "--enable-prefix-caching")} == {
         "--tensor-parallel-size": "4", "--gpu-memory-utilization": "0.92",
         "--max-model-len": "32768", "--enable-prefix-caching": True}
-    assert base["--model"].endswith("/Qwen2.5-72B-Instruct")
+    assert get_profile("qwen2.5-72b-tp4").serve_args()[0] == "/models/Qwen2.5-72B-Instruct"
     assert "--kv-cache-dtype" not in base and "--quantization" not in base
     fp8 = flags(get_profile("qwen2.5-72b-tp4-fp8").serve_args())
     assert (fp8["--kv-cache-dtype"], fp8["--quantization"], fp8["--tensor-parallel-size"]) == \
@@ -69,6 +69,7 @@ def test_inprocess_block_starts_the_same_engine_as_the_command_line(profile) -> 
     for key in ("--host", "--port", "--kv-events-config"):  # the gateway picks its own sockets
         served.pop(key)
         inprocess.pop(key, None)
+    assert inprocess.pop("--model") == profile.serve_args()[0] == profile.model_path
     assert inprocess == served
 
 
