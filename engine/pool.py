@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import orjson
@@ -73,6 +73,8 @@ class Replica:
     backend: Backend
     healthy: bool = False
     inflight: int = 0
+    remote_inflight: int = 0
+    """Requests other gateway instances have in flight here (shared routing state)."""
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     served_models: tuple[str, ...] = ()
     model_roots: dict[str, str] = field(default_factory=dict)
@@ -103,7 +105,7 @@ class Replica:
         return ReplicaView(
             id=self.spec.id,
             healthy=self.healthy if now is None else self.breaker.admits(now),
-            inflight=self.inflight,
+            inflight=self.inflight + self.remote_inflight,
             running=self.metrics.running,
             waiting=self.metrics.waiting,
             kv_usage=self.metrics.kv_usage,
@@ -207,6 +209,12 @@ class ReplicaPool:
         finally:
             replica.inflight -= 1
             replica.breaker.attempt_ended(trial)
+
+    def set_remote_inflight(self, counts: Mapping[str, int]) -> None:
+        """Other gateway instances' in-flight requests per replica (absent: none); the
+        load a policy sees is this plus the pool's own leases."""
+        for replica in self._replicas.values():
+            replica.remote_inflight = counts.get(replica.id, 0)
 
     def new_breaker(self) -> CircuitBreaker:
         """A breaker with the pool's settings (for a replica added later, too)."""

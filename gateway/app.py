@@ -29,6 +29,8 @@ from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
 from .config import Settings
 from .drain import Drain
+from .fleet_metrics import fleet_collectors
+from .fleet_sync import fleet_of
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
@@ -129,9 +131,13 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                            cooldown=settings.breaker.cooldown,
                            slow=settings.breaker.slow.engine())
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
+        fleet = fleet_of(settings, pool, policy)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
-                                              *(keys.metrics.collectors() if keys else [])])
+                                              *(keys.metrics.collectors() if keys else []),
+                                              *fleet_collectors(fleet)])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
+        if fleet is not None:
+            router.add_observer(fleet.routed)
         ops = OpsStats()
         proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops),
                       timeouts=settings.timeouts.engine(), drain=drain)
@@ -143,6 +149,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         ops_view.tokenizer_provider = hashers.tokenizers
         await pool.start()
+        if fleet is not None:  # a restarted instance starts from the shared state
+            await fleet.start()
+            state.redis_status = fleet.status
         try:
             await hashers.discover(pool.known_models(), pool.model_root)
         except TokenizerConfigError as exc:
@@ -193,6 +202,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             gc.unfreeze()
             gc.set_threshold(*thresholds)
             await kv_feed.aclose()
+            if fleet is not None:
+                await fleet.aclose()
             await lag_probe.aclose()
             gc_pauses.stop()
             await ops_sampler.aclose()

@@ -51,6 +51,12 @@ def _serve_parser() -> argparse.ArgumentParser:
                         "authentication; see README, Security)")
     p.add_argument("--access-log", action="store_true", default=None,
                    help="one JSON line per request on the log")
+    p.add_argument("--redis-url", metavar="URL",
+                   help="share routing state with the other gateway instances through this "
+                        "Redis (redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; also "
+                        "PREFIXGATE_REDIS_URL); default: none")
+    p.add_argument("--redis-key-prefix", metavar="PREFIX",
+                   help="prefix of this deployment's Redis keys (default prefixgate:)")
     p.add_argument("--embedded", choices=("vllm-cpu", "sim"),
                    help="with no replica configured: start real vLLM-on-CPU replicas "
                         "(default) or simulated ones (no install)")
@@ -62,7 +68,9 @@ def _serve_parser() -> argparse.ArgumentParser:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
                            "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
-                           "access_log": args.access_log, "api_keys": args.api_keys}
+                           "access_log": args.access_log, "api_keys": args.api_keys,
+                           "redis_url": args.redis_url,
+                           "redis_key_prefix": args.redis_key_prefix}
     if args.replica:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
     if args.model:

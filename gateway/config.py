@@ -255,6 +255,19 @@ class Settings(Strict):
     tenant_salt_secret: str | None = None
     """Secret the tenants' ``cache_salt`` values are derived from; unset: random per
     process (instances and restarts then disagree: set it for a fleet)."""
+    redis_url: str | None = None
+    """Shared routing state with the other gateway instances (``gateway.fleet_sync``):
+    ``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS. Unset: this instance
+    routes on what it learns alone."""
+    redis_key_prefix: str = Field("prefixgate:", min_length=1)
+    """Prefix of the keys this deployment uses (several can share one Redis)."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must start with redis://, rediss:// or unix://")
+        return value
 
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
@@ -273,6 +286,7 @@ _ENV_SCALARS = {
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
     "TOKENIZER": "tokenizer", "API_KEYS": "api_keys",
     "TENANT_SALT_SECRET": "tenant_salt_secret",
+    "REDIS_URL": "redis_url", "REDIS_KEY_PREFIX": "redis_key_prefix",
 }
 
 

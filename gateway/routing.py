@@ -2,7 +2,8 @@
 
 ``Router.decide`` takes the pool's snapshot for the request's model, asks the
 policy, and counts and times the decision. ``Router.observe`` lets the policy
-learn from a request once it was sent.
+learn from a request once it was sent, and tells the observers (the shared
+routing state's publisher).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from policies.types import Decision, NoReplicaAvailable, RouteRequest
 from .errors import NoHealthyReplica
 from .metrics import GatewayMetrics
 
+Observer = Callable[[RouteRequest, str], None]
+
 
 class Router:
     def __init__(self, pool: ReplicaPool, policy: Policy, metrics: GatewayMetrics,
@@ -27,7 +30,13 @@ class Router:
         self.metrics = metrics
         self.retry_after = retry_after
         self.clock = clock
+        self._observers: list[Observer] = []
         pool.add_listener(self._on_health)
+
+    def add_observer(self, observer: Observer) -> None:
+        """``observer(request, replica_id)`` hears each request the policy learned from
+        (shared routing state publishes it: ``gateway.fleet_sync``); it must not block."""
+        self._observers.append(observer)
 
     def block_size(self, model: str) -> int:
         sizes = [r.block_size(self.pool.default_block_size)
@@ -57,6 +66,8 @@ class Router:
             decision = Decision(replica_id=replica_id, reason="failover",
                                 matched_blocks=decision.matched_blocks)
         self.policy.observe(request, decision)
+        for observer in self._observers:
+            observer(request, replica_id)
 
     def _on_health(self, replica_id: str, healthy: bool) -> None:
         if not healthy:

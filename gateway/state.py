@@ -58,6 +58,9 @@ class GatewayState:
         self.hashers = hashers
         self.ops = ops if ops is not None else OpsStats()
         self.lint = lint
+        self.redis_status: Callable[[], dict[str, object]] | None = None
+        """The shared routing state's condition for ``/ready`` (``gateway.fleet_sync``),
+        None without ``redis_url``."""
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]

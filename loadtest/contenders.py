@@ -16,6 +16,11 @@ Contender names are ``kind:variant``:
 * ``vllm-router:<policy>`` and ``sglang-router:<policy>``: the peers (see
   :mod:`.peers`), installed on first use; ``vllm-router:kv_aware`` is fed the
   sims' KV events like ``prefixgate:precise``;
+* ``prefixgate-2:<policy>`` and ``prefixgate-2-redis:<policy>``: two gateway
+  instances with the requests split between them (each in turn: see
+  :mod:`.split_client`), on their own or sharing routing state through Redis
+  (``LOADTEST_REDIS_URL``, default ``redis://127.0.0.1:6379/0``, a key prefix
+  per run);
 * ``direct:sim0``: no router, the client talks to the first replica: the
   floor for overhead (and one replica's capacity and cache, not four).
 
@@ -27,6 +32,8 @@ the reason and the child's log tail.
 
 from __future__ import annotations
 
+import os
+import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +59,9 @@ PREFIXGATE_POLICIES = ("round_robin", "least_load", "chwbl", "prefix", "precise"
 VLLM_ROUTER_POLICIES = ("cache_aware", "kv_aware", "consistent_hash", "round_robin")
 NEEDS_KV_EVENTS = ("prefixgate:precise", "prefixgate:default", "vllm-router:kv_aware")
 SGLANG_ROUTER_POLICIES = ("cache_aware",)
+GATEWAY_FLEETS = {"prefixgate-2": False, "prefixgate-2-redis": True}
+"""Two gateway instances with the load split between them: sharing routing state
+through Redis (``LOADTEST_REDIS_URL``, default the local one) or each on its own."""
 
 
 class ContenderUnavailable(RuntimeError):
@@ -74,9 +84,10 @@ class ContenderSpec:
     def parse(cls, text: str) -> ContenderSpec:
         kind, sep, variant = text.partition(":")
         if not sep or kind not in ("prefixgate", "prefixgate-bytes", "vllm-router",
-                                   "sglang-router", "direct"):
+                                   "sglang-router", "direct", *GATEWAY_FLEETS):
             raise ValueError(f"bad contender {text!r}: expected prefixgate:POLICY, "
-                             "prefixgate-bytes:POLICY, vllm-router:POLICY, "
+                             "prefixgate-bytes:POLICY, prefixgate-2:POLICY, "
+                             "prefixgate-2-redis:POLICY, vllm-router:POLICY, "
                              "sglang-router:POLICY or direct:sim0")
         return cls(kind, variant)
 
@@ -105,7 +116,8 @@ def kv_events_key() -> str | None:
 
 
 def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
-             tokenizer: str | None, group: ServiceGroup, log_dir: Path) -> str:
+             tokenizer: str | None, group: ServiceGroup, log_dir: Path,
+             instances: int = 1, redis_url: str | None = None) -> str:
     entries = []
     events_key = kv_events_key()
     if spec.needs_kv_events():
@@ -125,11 +137,13 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
                 "topic": "kv",
             }
         entries.append(entry)
-    port = free_port()
-    settings: dict[str, object] = {"host": "127.0.0.1", "port": port, "replicas": entries,
+    settings: dict[str, object] = {"host": "127.0.0.1", "replicas": entries,
                                    "models": [{"name": model, "tokenizer": tokenizer}
                                               if tokenizer else {"name": model}],
                                    "log_level": "warning"}
+    if redis_url is not None:  # a key prefix of this run's own
+        settings.update(redis_url=redis_url,
+                        redis_key_prefix=f"prefixgate-bench-{secrets.token_hex(4)}:")
     policy, _, query = spec.variant.partition("?")
     if policy != "default":
         settings["policy"] = policy
@@ -137,15 +151,18 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
         settings["policy_options"] = {
             key: yaml.safe_load(value)
             for key, _, value in (item.partition("=") for item in query.split("&"))}
-    config = log_dir / f"{spec.name.replace(':', '-')}.yaml"
-    config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(yaml.safe_dump(settings))
-    url = f"http://127.0.0.1:{port}"
-    group.start(Service(spec.name, [sys.executable, "-m", "gateway.cli", "serve", "--config",
-                                    str(config)], url + "/ready",
-                        log_dir / f"{spec.name.replace(':', '-')}.log",
-                        env={"HF_HUB_OFFLINE": "1"}), timeout=120.0)
-    return url
+    urls = []
+    for index in range(instances):
+        port = free_port()
+        stem = spec.name.replace(":", "-") + (f"-{index}" if instances > 1 else "")
+        config = log_dir / f"{stem}.yaml"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(yaml.safe_dump({**settings, "port": port}))
+        urls.append(f"http://127.0.0.1:{port}")
+        group.start(Service(stem, [sys.executable, "-m", "gateway.cli", "serve", "--config",
+                                   str(config)], urls[-1] + "/ready", log_dir / f"{stem}.log",
+                            env={"HF_HUB_OFFLINE": "1"}), timeout=120.0)
+    return ",".join(urls)
 
 
 def kv_event_args(replicas: Sequence[SimReplica], model: str) -> list[str]:
@@ -197,6 +214,11 @@ def launch(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
             return _gateway(spec, replicas, model, tokenizer, group, log_dir)
         if spec.kind == "prefixgate-bytes":
             return _gateway(spec, replicas, model, None, group, log_dir)
+        if spec.kind in GATEWAY_FLEETS:
+            redis_url = (os.environ.get("LOADTEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+                         if GATEWAY_FLEETS[spec.kind] else None)
+            return _gateway(spec, replicas, model, tokenizer, group, log_dir, instances=2,
+                            redis_url=redis_url)
         return _peer(spec, replicas, model, group, log_dir)
     except StartError as exc:
         raise ContenderUnavailable(str(exc)) from None

@@ -25,6 +25,7 @@ from .client import LeanClient, OpenAIClient, StreamClient
 from .driver import DriveResult, drive
 from .progress import Progress
 from .replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
+from .split_client import SplitClient
 from .workloads.base import Workload
 
 
@@ -32,7 +33,8 @@ from .workloads.base import Workload
 class RunTarget:
     label: str
     base_url: str
-    """Server root, e.g. ``http://127.0.0.1:8000`` (``/v1`` is appended)."""
+    """Server root, e.g. ``http://127.0.0.1:8000`` (``/v1`` is appended); several,
+    comma-separated: the requests are split among them (``split_client``)."""
     model: str
     api_key: str = "unused"
 
@@ -69,15 +71,17 @@ async def measure(
     urls = tuple(replica_urls)
     async with httpx.AsyncClient(timeout=5.0) as scraper:
         before = await scrape_all(scraper, urls) if urls else {}
-        client: StreamClient
-        if limits.raw_client:
-            if any(c.needs_answers for c in workload.conversations):
-                raise ValueError("the lean client keeps no answers: no workload whose "
-                                 "prompts hold earlier answers")
-            client = LeanClient(target.base_url, target.api_key, limits.request_timeout)
-        else:
-            client = OpenAIClient.connect(target.base_url, target.api_key,
-                                          limits.request_timeout)
+        clients: list[StreamClient] = []
+        for base_url in target.base_url.split(","):
+            if limits.raw_client:
+                if any(c.needs_answers for c in workload.conversations):
+                    raise ValueError("the lean client keeps no answers: no workload whose "
+                                     "prompts hold earlier answers")
+                clients.append(LeanClient(base_url, target.api_key, limits.request_timeout))
+            else:
+                clients.append(OpenAIClient.connect(base_url, target.api_key,
+                                                    limits.request_timeout))
+        client: StreamClient = clients[0] if len(clients) == 1 else SplitClient(clients)
         sampler = LoadSampler(scraper, urls, clock, limits.sample_period)
         progress = Progress(f"{workload.name} -> {target.label}", workload.request_count, clock,
                             stream=progress_stream)

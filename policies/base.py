@@ -36,6 +36,12 @@ class Policy(Protocol):
         """Drop all state about a replica (it went unhealthy or was removed)."""
         ...
 
+    def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
+                     session_key: str | None, now: float) -> None:
+        """Learn what another gateway instance sent to ``replica_id`` (shared routing
+        state, ``gateway.fleet_sync``): as ``observe``, at ``now`` on this policy's clock."""
+        ...
+
     def indexed_blocks(self, replica_id: str) -> int | None:
         """Blocks the policy's prefix index holds for the replica; None without an index."""
         ...
@@ -78,6 +84,10 @@ class LoadOnly:
         return None
 
     def forget_replica(self, replica_id: str) -> None:
+        return None
+
+    def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
+                     session_key: str | None, now: float) -> None:
         return None
 
     def indexed_blocks(self, replica_id: str) -> int | None:

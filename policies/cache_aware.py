@@ -13,6 +13,8 @@ Algorithm, per request:
    and the session table remembers the replica.
 3. ``forget_replica``: the replica went unhealthy; its index entries and
    sessions go.
+4. ``learn_remote``: what ``observe`` learns, published by another gateway
+   instance (``gateway.fleet_sync``, shared routing state through Redis).
 
 The two configuration names differ only in their index: ``prefix``
 (:mod:`policies.prefix`, the gateway's own routing history) and ``precise``
@@ -101,14 +103,19 @@ class CacheAwarePolicy:
 
     def observe(self, request: RouteRequest, decision: Decision) -> None:
         """Record the blocks for ``decision.replica_id`` (pass the replica actually used)."""
-        now = self.clock()
-        replica_id = decision.replica_id
+        self.learn_remote(decision.replica_id, request.block_hashes, request.session_key,
+                          self.clock())
+
+    def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
+                     session_key: str | None, now: float) -> None:
+        """What ``observe`` learns, told by another gateway instance (or replayed from
+        the shared snapshot) with the time it happened on this policy's clock."""
         reported = self._reported_capacity.pop(replica_id, None)
         if reported is not None:
             self.index.set_capacity(replica_id, reported)
-        self.index.record(replica_id, request.block_hashes, now)
-        if self.config.session_affinity and request.session_key is not None:
-            self.sessions.remember(request.session_key, replica_id, now)
+        self.index.record(replica_id, block_hashes, now)
+        if self.config.session_affinity and session_key is not None:
+            self.sessions.remember(session_key, replica_id, now)
 
     def forget_replica(self, replica_id: str) -> None:
         self.index.forget_replica(replica_id)
