@@ -30,10 +30,12 @@ How a request is admitted (:class:`AuthMiddleware`, one ASGI middleware):
    charge up front is an estimate, one token per 4 bytes of the request
    body plus ``max_tokens`` (or ``max_completion_tokens``; 256 when neither is
    set) times ``n``; when the answer is complete it is corrected to the
-   replica's ``usage`` (prompt + completion tokens). Without a ``usage`` (a
-   stream without ``stream_options.include_usage``, a failed request) the
-   estimate stands. A request whose estimate exceeds the whole per-minute
-   budget is refused without ``Retry-After``: it can never pass.
+   replica's ``usage`` (prompt + completion tokens); a request refused before
+   any replica was tried (unknown model, no healthy replica) costs nothing.
+   Without a ``usage`` otherwise (a stream without
+   ``stream_options.include_usage``, a failed upstream) the estimate stands.
+   A request whose estimate exceeds the whole per-minute budget is refused
+   without ``Retry-After``: it can never pass.
 
 Every 429 but the last carries ``Retry-After`` (seconds until the bucket
 holds enough, or ``retry_after_seconds`` for concurrency). Counters are

@@ -226,6 +226,13 @@ async def test_tokens_are_charged_up_front_and_settled_from_usage(tmp_path: Path
             answer = await client.post("/v1/chat/completions", json=body,
                                        headers=bearer("sk-tokens-001"))
             assert answer.status_code == 200
+        # Refused before any replica was tried: nothing used, the whole charge comes back.
+        for _ in range(2):
+            unknown = await client.post("/v1/chat/completions", json={**body, "model": "nope"},
+                                        headers=bearer("sk-tokens-001"))
+            assert unknown.status_code == 404
+        assert (await client.post("/v1/chat/completions", json=body,
+                                  headers=bearer("sk-tokens-001"))).status_code == 200
         huge = await client.post("/v1/chat/completions", json={**body, "max_tokens": 5000},
                                  headers=bearer("sk-tokens-001"))
     assert huge.status_code == 429
