@@ -9,6 +9,7 @@ router, the proxy and the metrics, and tears them down in reverse order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import time
@@ -18,7 +19,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from engine.backend import Backend
+from engine.backend import Backend, Timeouts
 from engine.httpx_backend import HttpxBackend
 from engine.pool import ReplicaPool, ReplicaSpec
 from engine.remote import RemoteBackend
@@ -28,13 +29,11 @@ from . import errors
 from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
 from .config import Settings
-from .drain import Drain
-from .fleet_metrics import fleet_collectors
-from .fleet_sync import fleet_of
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
+from .lint.suggest import SUGGESTIONS
 from .lint.service import LintLimits, LintService
 from .lint_api import build_lint_router
 from .loop_lag import GcPauses, LoopLagProbe
@@ -44,7 +43,7 @@ from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
 from .ops_view import OpsView
 from .proxy import Proxy
-from .recorder import Recorder
+from .recorder import Recorder, ResponseCounter
 from .routing import Router
 from .state import GatewayState
 from .streaming import RAW_SEND
@@ -57,7 +56,8 @@ TransportFactory = Callable[[str], "httpx.AsyncBaseTransport | None"]
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
     """One backend per replica; ``transport`` may supply each one's httpx transport."""
-    timeouts = settings.timeouts.engine()
+    t = settings.timeouts
+    timeouts = Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle, probe=t.probe)
     out: list[tuple[ReplicaSpec, Backend]] = []
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
@@ -86,24 +86,24 @@ class GatewayApp(FastAPI):
     (``gateway.streaming``).
     """
 
-    drain: Drain | None = None
-    """Set by ``create_app``: while it drains, new routed requests are refused."""
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND] = send
-            refusal = self.drain.refusal(scope) if self.drain is not None else None
-            if refusal is not None:
-                await refusal(scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
+        await self._counted(scope, receive, send)
+
+    @functools.cached_property
+    def _counted(self) -> ResponseCounter:
+        return ResponseCounter(super().__call__, self._metrics)
+
+    def _metrics(self) -> GatewayMetrics | None:
+        state = getattr(self.state, "gateway", None)
+        return state.metrics if state is not None else None
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
     # Built here so that a wrong policy or option fails at start-up, not on a request.
     policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
-    drain = Drain(settings.drain_seconds, settings.retry_after_seconds)
     keys = load_store(settings.api_keys, settings.tenant_salt_secret,
                       settings.retry_after_seconds)
 
@@ -127,31 +127,21 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         pool = ReplicaPool(build_backends(settings, transport),
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,
-                           default_block_size=settings.default_block_size,
-                           cooldown=settings.breaker.cooldown,
-                           slow=settings.breaker.slow.engine())
+                           default_block_size=settings.default_block_size)
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
-        fleet = fleet_of(settings, pool, policy)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
-                                              *(keys.metrics.collectors() if keys else []),
-                                              *fleet_collectors(fleet)])
+                                              *(keys.metrics.collectors() if keys else [])])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
-        if fleet is not None:
-            router.add_observer(fleet.routed)
-        ops = OpsStats()
-        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router, ops),
-                      timeouts=settings.timeouts.engine(), drain=drain)
+        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router))
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn))
-        state = GatewayState(settings, pool, router, proxy, metrics, hashers, ops=ops,
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers,
                              lint=lint if settings.lint.enabled else None)
-        ops_view = OpsView(pool, policy, ops)
+        ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
+        ops_view = OpsView(pool, policy, ops_sampler)
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         ops_view.tokenizer_provider = hashers.tokenizers
         await pool.start()
-        if fleet is not None:  # a restarted instance starts from the shared state
-            await fleet.start()
-            state.redis_status = fleet.status
         try:
             await hashers.discover(pool.known_models(), pool.model_root)
         except TokenizerConfigError as exc:
@@ -170,7 +160,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
                 with contextlib.suppress(TokenizerConfigError):
                     hashers.notice(list(pool.get(replica_id).models), pool.model_root)
         pool.add_listener(new_models)
-        ops_sampler = OpsSampler(pool, ops)
+        metrics.start_at_zero(SUGGESTIONS if settings.lint.enabled else ())
         ops_sampler.start()
         lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
         lag_probe.start()
@@ -202,8 +192,6 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             gc.unfreeze()
             gc.set_threshold(*thresholds)
             await kv_feed.aclose()
-            if fleet is not None:
-                await fleet.aclose()
             await lag_probe.aclose()
             gc_pauses.stop()
             await ops_sampler.aclose()
@@ -212,7 +200,6 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
 
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
-    app.drain = drain
     errors.install(app)
     if keys is not None:
         app.add_middleware(AuthMiddleware, store=keys, metrics_auth=settings.metrics_auth)

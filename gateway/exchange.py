@@ -35,6 +35,12 @@ from .usage import Usage
 FORWARDED_REQUEST_HEADERS = ("authorization", "traceparent", "tracestate")
 
 
+RECORDED = "prefixgate.recorded"
+"""Scope key: the exchange was counted by the recorder (``gateway.recorder``)."""
+MODEL = "prefixgate.model"
+"""Scope key: the served model the request was resolved to."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """What a routed endpoint is: its kind of prompt, path and body schema."""
@@ -117,16 +123,14 @@ class Exchange:
         grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
 
     def tokens_used(self) -> int | None:
-        """Prompt and completion tokens as the replica's ``usage`` reported them; 0 when
-        no replica was tried (refused here), None when unknown."""
+        """Prompt and completion tokens, as the replica's ``usage`` reported them."""
         usage = self.outcome.usage
-        if usage is not None:
-            return usage.prompt_tokens + usage.completion_tokens
-        return 0 if self.outcome.attempts == 0 else None
+        return None if usage is None else usage.prompt_tokens + usage.completion_tokens
 
     def set_model(self, model: str) -> None:
         """The model the request is routed for (filled in when the client left it out)."""
         self.model = model
+        self.client.scope[MODEL] = model
         if self.body is not None and not self.body.model:
             self.forward_body = orjson.dumps({**self.data, "model": model})
 
@@ -141,10 +145,25 @@ class Exchange:
         reusable = (max(request.prompt_tokens - 1, 0) // request.block_size) * request.block_size
         return min(blocks * request.block_size, reusable)
 
+    def reason(self, replica_id: str) -> str:
+        """Why ``replica_id`` answered: the policy's reason (``hit``, ``miss``,
+        ``load-fallback``, ``session``, ...), or ``failover`` when the replica
+        it chose failed before the first byte and a later one answered."""
+        if self.decision is None:
+            return "none"
+        return self.decision.reason if replica_id == self.decision.replica_id else "failover"
+
     def response_headers(self, replica_id: str) -> dict[str, str]:
         """The gateway's own headers on the answer from ``replica_id``."""
         headers = {"x-prefixgate-replica": replica_id, "x-request-id": self.request_id,
                    "x-prefixgate-matched-tokens": str(self.predicted_cached(replica_id))}
+        if self.decision is not None:
+            headers["x-prefixgate-reason"] = self.reason(replica_id)
+            runner_up = next((r for r in self.decision.order if r != replica_id), None)
+            if runner_up is not None:
+                headers["x-prefixgate-runner-up"] = runner_up
+                headers["x-prefixgate-runner-up-matched-tokens"] = str(
+                    self.predicted_cached(runner_up))
         if self.lint_warnings is not None:
             headers["x-prefixgate-lint"] = str(self.lint_warnings)
         return headers

@@ -9,7 +9,7 @@ defined here and incremented by the prompt linter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import (
@@ -26,6 +26,9 @@ from engine.pool import ReplicaPool
 from engine.scrape import HistogramCounts
 
 from .hashers import HasherSet
+
+GATEWAY_ERROR_STATUSES = (400, 404, 413, 429, 502, 503, 504)
+"""Statuses the gateway answers with itself (``gateway.errors``), counted from 0."""
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                     5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
@@ -106,9 +109,34 @@ class GatewayMetrics:
             "prefixgate_prefix_drift_events",
             "Times a stable prompt prefix (system prompt, tools) changed under a model.",
             ["model"], registry=r)
+        self.pool = pool
         r.register(PoolCollector(pool))
         for collector in extra:
             r.register(collector)
+
+    def start_at_zero(self, lint_kinds: Iterable[str] = ()) -> None:
+        """Give every counter a sample at 0 for the label values known at start-up.
+
+        A series that does not exist reads "No data" in Grafana, and ``rate``
+        over it is empty, so an error ratio or a failover panel would stay
+        blank during exactly the outage it is for. Known values: each replica
+        (its models), the gateway's own error statuses per served model
+        (replica ``none``), each lint finding kind, each model's drift counter.
+        """
+        for replica in self.pool:
+            rid = replica.id
+            for counter in (self.failovers, self.stream_errors, self.prompt_tokens,
+                            self.predicted_cached_tokens, self.usage_prompt_tokens,
+                            self.usage_cached_tokens, self.completion_tokens):
+                counter.labels(rid)
+            for model in replica.models or ((replica.spec.model,) if replica.spec.model else ()):
+                self.requests.labels(model, rid, "200")
+        for model in self.pool.known_models():
+            for status in GATEWAY_ERROR_STATUSES:
+                self.requests.labels(model, "none", str(status))
+            self.prefix_drift_events.labels(model)
+        for kind in lint_kinds:
+            self.lint_findings.labels(kind)
 
 
 class PoolCollector(Collector):
@@ -183,9 +211,6 @@ def _add_histogram(family: HistogramMetricFamily, replica_id: str,
         return
     buckets = [(floatToGoString(le), value) for le, value in counts.buckets]
     family.add_metric([replica_id], buckets, counts.sum)
-
-
-ScrapeHook = Callable[[], None]
 
 
 class HasherCollector(Collector):

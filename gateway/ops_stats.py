@@ -1,34 +1,35 @@
 """Rolling per-replica numbers for the ops view (``/admin/replicas``, ``/dashboard``).
 
-Two feeds, both cheap and synchronous:
+One source: the gateway's Prometheus registry (``gateway.metrics``). The ops
+view reads the same counters and histograms ``/metrics`` exports, so the
+dashboard and Grafana cannot disagree on what happened; this module only does
+the window arithmetic Prometheus' ``increase`` and ``histogram_quantile`` do
+for Grafana.
 
-* ``record(...)`` — once per finished request, from ``GatewayState.record``:
-  the prompt tokens routed to the replica, how many of them the policy
-  expected to be cached there (the *predicted* hits), the time to first token
-  (streams only: a buffered answer has no first token to time) and whether
-  the replica answered 200.
-* ``sample(readings)`` — every ``interval`` seconds, from the pool (see
-  :mod:`gateway.ops_sampler`): the replica's own prefix-cache counters
-  (``vllm:prefix_cache_hits_total`` / ``queries_total``, in tokens: the
-  *actual* hits) and its load gauges.
+* ``read_registry(registry)`` turns one collection of the registry into a
+  :class:`ReplicaReading` per replica: the load gauges as they are now, and
+  cumulative :class:`Totals` — requests and errors, prompt tokens routed and
+  those the policy expected cached (the *predicted* hits), output tokens, the
+  replica's own prefix-cache counters (the *actual* hits), and the
+  histograms of the gateway's TTFT and TPOT (streams) and of the engine's own
+  TTFT and inter-token latency (every request, streamed or not).
+* ``sample(readings)`` — every ``interval`` seconds (:mod:`gateway.ops_sampler`)
+  — folds them into each replica's totals and keeps a chart point.
 
-Every figure is a difference of cumulative totals. Each sample stores the
-totals of every replica at that moment; "over the last minute" is *now*
-minus the newest sample at least ``window`` seconds old (or the oldest one,
-while the gateway is younger than the window); "since start" counts from the
-gateway's start (the replica's counters as first sampled are the baseline,
-so traffic it served before is left out). The replica's counters fall back
-to zero when it restarts: such a drop is taken as a reset (the new value is
-all increase), the way Prometheus' ``rate`` does, so the totals only grow.
+Every figure is a difference of cumulative totals. "Over the last minute" is
+*now* minus the newest sample at least ``window`` seconds old (or the oldest
+one while the gateway is younger than the window); "since start" counts from
+the first sample (a replica's counters as first seen are the baseline, so
+traffic it served before is left out). A series that falls (the replica
+restarted) is taken as a reset: the new value is all increase, as in
+``rate``. Quantiles interpolate inside histogram buckets, as
+``histogram_quantile`` does.
 
 Hit rate = hit tokens / looked-up tokens: predicted = predicted cached /
-prompt tokens routed; actual = the replica's hits / queries. ``None`` when
-nothing was looked up in the window. TTFT p50 / p99 use nearest rank over the
-streams that finished in the window, at most ``max_ttft_samples`` per replica
-(at higher rates, over the newest ones).
-
-Memory is bounded: ``history_seconds / interval`` samples and history points
-per replica, and the TTFT ring. Time comes from the injected ``clock``.
+prompt tokens routed; actual = the replica's hits / queries; ``None`` when
+nothing was looked up in the window. Memory is bounded by
+``history_seconds / interval`` samples and chart points per replica. Time
+comes from the injected ``clock``.
 """
 
 from __future__ import annotations
@@ -36,51 +37,77 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
 
 WINDOW_SECONDS = 60.0
 SAMPLE_INTERVAL_SECONDS = 2.0
 HISTORY_SECONDS = 600.0
-MAX_TTFT_SAMPLES = 4096
 
+Buckets = tuple[tuple[float, float], ...]
+"""A histogram's cumulative bucket counts, ``(upper bound, count)`` by bound, ``+Inf`` last."""
 
-@dataclass(frozen=True, slots=True)
-class ReplicaReading:
-    """What the pool says about one replica right now."""
-
-    replica_id: str
-    healthy: bool
-    inflight: int
-    running: int
-    waiting: int
-    kv_usage: float
-    prefix_hits: float
-    """The replica's own cumulative prefix-cache hit tokens."""
-    prefix_queries: float
-    """The replica's own cumulative prefix-cache looked-up tokens."""
+_COUNTERS = {
+    "prefixgate_prompt_tokens_total": "prompt_tokens",
+    "prefixgate_predicted_cached_tokens_total": "predicted_cached_tokens",
+    "prefixgate_completion_tokens_total": "completion_tokens",
+    "prefixgate_replica_prefix_cache_hits_tokens_total": "cache_hits",
+    "prefixgate_replica_prefix_cache_queries_tokens_total": "cache_queries",
+}
+_HISTOGRAMS = {
+    "prefixgate_time_to_first_token_seconds_bucket": "ttft",
+    "prefixgate_time_per_output_token_seconds_bucket": "tpot",
+    "prefixgate_replica_time_to_first_token_seconds_bucket": "engine_ttft",
+    "prefixgate_replica_inter_token_latency_seconds_bucket": "engine_itl",
+}
+_GAUGES = {
+    "prefixgate_replica_healthy": "healthy",
+    "prefixgate_replica_inflight_requests": "inflight",
+    "prefixgate_replica_running_requests": "running",
+    "prefixgate_replica_waiting_requests": "waiting",
+    "prefixgate_replica_kv_cache_usage_ratio": "kv_usage",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class Totals:
-    """Cumulative counts of one replica since the gateway started."""
+    """Cumulative counts of one replica: counters by name, histograms by name."""
 
-    requests: int = 0
-    errors: int = 0
-    prompt_tokens: int = 0
-    predicted_cached_tokens: int = 0
-    cache_queries: float = 0.0
-    cache_hits: float = 0.0
+    counters: Mapping[str, float] = field(default_factory=dict)
+    histograms: Mapping[str, Buckets] = field(default_factory=dict)
 
-    def minus(self, earlier: Totals) -> Totals:
-        return Totals(
-            requests=self.requests - earlier.requests,
-            errors=self.errors - earlier.errors,
-            prompt_tokens=self.prompt_tokens - earlier.prompt_tokens,
-            predicted_cached_tokens=self.predicted_cached_tokens - earlier.predicted_cached_tokens,
-            cache_queries=self.cache_queries - earlier.cache_queries,
-            cache_hits=self.cache_hits - earlier.cache_hits,
-        )
+    def count(self, name: str) -> float:
+        return self.counters.get(name, 0.0)
+
+    @property
+    def requests(self) -> int:
+        return int(self.count("requests"))
+
+    @property
+    def errors(self) -> int:
+        return int(self.count("errors"))
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.count("prompt_tokens"))
+
+    @property
+    def predicted_cached_tokens(self) -> int:
+        return int(self.count("predicted_cached_tokens"))
+
+    @property
+    def completion_tokens(self) -> int:
+        return int(self.count("completion_tokens"))
+
+    @property
+    def cache_queries(self) -> float:
+        return self.count("cache_queries")
+
+    @property
+    def cache_hits(self) -> float:
+        return self.count("cache_hits")
 
     @property
     def predicted_hit_rate(self) -> float | None:
@@ -89,6 +116,81 @@ class Totals:
     @property
     def actual_hit_rate(self) -> float | None:
         return _ratio(self.cache_hits, self.cache_queries)
+
+    def samples(self, histogram: str) -> int:
+        """Observations of a histogram (its ``+Inf`` bucket)."""
+        buckets = self.histograms.get(histogram, ())
+        return int(buckets[-1][1]) if buckets else 0
+
+    def quantile(self, histogram: str, q: float) -> float | None:
+        return bucket_quantile(self.histograms.get(histogram, ()), q)
+
+    def minus(self, earlier: Totals) -> Totals:
+        return Totals(
+            {k: v - earlier.count(k) for k, v in self.counters.items()},
+            {k: _combine(v, earlier.histograms.get(k, ()), _minus)
+             for k, v in self.histograms.items()})
+
+    def plus_increase(self, previous: Totals, current: Totals) -> Totals:
+        """These totals plus what grew from ``previous`` to ``current`` (resets included)."""
+        names = set(self.counters) | set(current.counters)
+        counters = {k: self.count(k) + _increase(previous.count(k), current.count(k))
+                    for k in names}
+        histograms = dict(self.histograms)
+        for k, buckets in current.histograms.items():
+            grown = _combine(buckets, previous.histograms.get(k, ()), _grown)
+            histograms[k] = _combine(grown, self.histograms.get(k, ()), _plus)
+        return Totals(counters, histograms)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReading:
+    """What the registry says about one replica right now."""
+
+    replica_id: str
+    healthy: bool = False
+    inflight: int = 0
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+    raw: Totals = field(default_factory=Totals)
+    """Cumulative series as exported (a replica's own may fall when it restarts)."""
+
+
+def read_registry(registry: CollectorRegistry,
+                  replica_ids: Iterable[str]) -> list[ReplicaReading]:
+    """One reading per replica from one collection of the registry."""
+    ids = list(replica_ids)
+    gauges: dict[str, dict[str, float]] = {r: {} for r in ids}
+    counters: dict[str, dict[str, float]] = {r: {} for r in ids}
+    buckets: dict[str, dict[str, dict[float, float]]] = {r: {} for r in ids}
+    for family in registry.collect():
+        for sample in family.samples:
+            replica = sample.labels.get("replica")
+            if replica not in gauges:
+                continue
+            name, value = sample.name, sample.value
+            if name == "prefixgate_requests_total":
+                own = counters[replica]
+                own["requests"] = own.get("requests", 0.0) + value
+                if sample.labels.get("status") != "200":
+                    own["errors"] = own.get("errors", 0.0) + value
+            elif name in _COUNTERS:
+                counters[replica][_COUNTERS[name]] = value
+            elif name in _HISTOGRAMS:
+                le = float(sample.labels["le"])
+                buckets[replica].setdefault(_HISTOGRAMS[name], {})[le] = value
+            elif name in _GAUGES:
+                gauges[replica][_GAUGES[name]] = value
+    out = []
+    for r in ids:
+        g = gauges[r]
+        hists = {k: tuple(sorted(v.items())) for k, v in buckets[r].items()}
+        out.append(ReplicaReading(
+            r, healthy=g.get("healthy", 0.0) > 0, inflight=int(g.get("inflight", 0)),
+            running=int(g.get("running", 0)), waiting=int(g.get("waiting", 0)),
+            kv_usage=g.get("kv_usage", 0.0), raw=Totals(counters[r], hists)))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,28 +209,31 @@ class HistoryPoint:
     ttft_p99: float | None
     request_rate: float
     """Requests per second finished since the previous point."""
+    output_tokens_per_s: float
+    """Output tokens per second since the previous point."""
 
 
 @dataclass(frozen=True, slots=True)
 class ReplicaStats:
     replica_id: str
     window: Totals
-    """Counts over the last ``window`` seconds."""
+    """Counts over the last ``window`` seconds (about: see ``window_s``)."""
+    window_s: float
+    """The seconds ``window`` really covers (shorter while the gateway is young)."""
     total: Totals
     """Counts since the gateway started."""
-    ttft_p50: float | None
-    ttft_p99: float | None
-    ttft_samples: int
     history: tuple[HistoryPoint, ...]
+
+    @property
+    def output_tokens_per_s(self) -> float | None:
+        return self.window.completion_tokens / self.window_s if self.window_s > 0 else None
 
 
 @dataclass(slots=True)
 class _Track:
     totals: Totals = field(default_factory=Totals)
-    raw_hits: float | None = None
-    raw_queries: float | None = None
+    raw: Totals | None = None
     samples: deque[tuple[float, Totals]] = field(default_factory=deque)
-    ttfts: deque[tuple[float, float]] = field(default_factory=deque)
     history: deque[HistoryPoint] = field(default_factory=deque)
 
 
@@ -139,7 +244,6 @@ class OpsStats:
         window: float = WINDOW_SECONDS,
         interval: float = SAMPLE_INTERVAL_SECONDS,
         history_seconds: float = HISTORY_SECONDS,
-        max_ttft_samples: int = MAX_TTFT_SAMPLES,
     ) -> None:
         if window <= 0 or interval <= 0 or history_seconds < window:
             raise ValueError("need window > 0, interval > 0 and history >= window")
@@ -148,108 +252,102 @@ class OpsStats:
         self.interval = interval
         self.history_seconds = history_seconds
         self._points = math.ceil(history_seconds / interval) + 1
-        self._max_ttfts = max_ttft_samples
         self._tracks: dict[str, _Track] = {}
 
-    # -- feeds -------------------------------------------------------------
-
-    def record(self, replica_id: str, prompt_tokens: int, predicted_cached_tokens: int,
-               ttft: float | None, ok: bool) -> None:
-        """One finished request that a replica answered (with any status)."""
-        track = self._track(replica_id)
-        t = track.totals
-        if not ok:
-            track.totals = replace(t, requests=t.requests + 1, errors=t.errors + 1)
-            return
-        track.totals = replace(
-            t, requests=t.requests + 1, prompt_tokens=t.prompt_tokens + prompt_tokens,
-            predicted_cached_tokens=t.predicted_cached_tokens + predicted_cached_tokens)
-        if ttft is not None:
-            track.ttfts.append((self.clock(), ttft))
-            if len(track.ttfts) > self._max_ttfts:
-                track.ttfts.popleft()
-
     def sample(self, readings: Iterable[ReplicaReading]) -> None:
-        """Fold in the replicas' own counters and keep a point for the charts."""
+        """Fold in the registry's totals and keep a point for the charts."""
         now = self.clock()
         for reading in readings:
-            track = self._track(reading.replica_id)
+            track = self._tracks.setdefault(reading.replica_id, _Track())
             track.totals = _folded(track, reading)
-            track.raw_hits, track.raw_queries = reading.prefix_hits, reading.prefix_queries
+            track.raw = reading.raw
             previous = track.samples[-1] if track.samples else None
             track.samples.append((now, track.totals))
             while len(track.samples) > self._points:
                 track.samples.popleft()
-            window = track.totals.minus(self._baseline(track, now))
-            p50, p99, _ = self._ttft(track, now)
-            rate = 0.0
+            at, baseline = self._baseline(track, now)
+            window = track.totals.minus(baseline)
+            req_rate = tok_rate = 0.0
             if previous is not None and now > previous[0]:
-                rate = (track.totals.requests - previous[1].requests) / (now - previous[0])
+                step = track.totals.minus(previous[1])
+                req_rate = step.requests / (now - previous[0])
+                tok_rate = step.completion_tokens / (now - previous[0])
             track.history.append(HistoryPoint(
                 at=now, healthy=reading.healthy,
                 predicted_hit_rate=window.predicted_hit_rate,
                 actual_hit_rate=window.actual_hit_rate,
                 inflight=reading.inflight, running=reading.running, waiting=reading.waiting,
-                kv_usage=reading.kv_usage, ttft_p50=p50, ttft_p99=p99, request_rate=rate))
+                kv_usage=reading.kv_usage, ttft_p50=window.quantile("ttft", 0.5),
+                ttft_p99=window.quantile("ttft", 0.99), request_rate=req_rate,
+                output_tokens_per_s=tok_rate))
             while len(track.history) > self._points:
                 track.history.popleft()
-
-    # -- answers -------------------------------------------------------------
 
     def stats(self, readings: Iterable[ReplicaReading]) -> list[ReplicaStats]:
         """Numbers for each replica as of now; the readings are folded in, not stored."""
         now = self.clock()
         out: list[ReplicaStats] = []
         for reading in readings:
-            track = self._track(reading.replica_id)
+            track = self._tracks.get(reading.replica_id) or _Track()
             current = _folded(track, reading)
-            p50, p99, count = self._ttft(track, now)
+            at, baseline = self._baseline(track, now)
             out.append(ReplicaStats(
-                replica_id=reading.replica_id,
-                window=current.minus(self._baseline(track, now)),
-                total=current,
-                ttft_p50=p50, ttft_p99=p99, ttft_samples=count,
-                history=tuple(track.history)))
+                replica_id=reading.replica_id, window=current.minus(baseline),
+                window_s=now - at, total=current, history=tuple(track.history)))
         return out
 
-    # -- internals -------------------------------------------------------------
-
-    def _track(self, replica_id: str) -> _Track:
-        track = self._tracks.get(replica_id)
-        if track is None:
-            track = self._tracks[replica_id] = _Track()
-        return track
-
-    def _baseline(self, track: _Track, now: float) -> Totals:
-        """Totals at the newest sample at least ``window`` old, else the oldest."""
+    def _baseline(self, track: _Track, now: float) -> tuple[float, Totals]:
+        """The newest sample at least ``window`` old, else the oldest."""
         if not track.samples:
-            return Totals()
+            return now, Totals()
         cutoff = now - self.window
-        chosen = track.samples[0][1]
-        for at, totals in track.samples:
-            if at > cutoff:
+        chosen = track.samples[0]
+        for sample in track.samples:
+            if sample[0] > cutoff:
                 break
-            chosen = totals
+            chosen = sample
         return chosen
-
-    def _ttft(self, track: _Track, now: float) -> tuple[float | None, float | None, int]:
-        cutoff = now - self.window
-        while track.ttfts and track.ttfts[0][0] < cutoff:
-            track.ttfts.popleft()
-        values = sorted(ttft for _, ttft in track.ttfts)
-        return _nearest_rank(values, 0.50), _nearest_rank(values, 0.99), len(values)
 
 
 def _folded(track: _Track, reading: ReplicaReading) -> Totals:
-    """The track's totals with the replica's counter increase since the last sample."""
-    if track.raw_hits is None or track.raw_queries is None:
-        return track.totals  # first sight of the replica: its counters are the baseline
-    return replace(
-        track.totals,
-        cache_hits=track.totals.cache_hits + _increase(track.raw_hits, reading.prefix_hits),
-        cache_queries=track.totals.cache_queries
-        + _increase(track.raw_queries, reading.prefix_queries),
-    )
+    """The track's totals with what grew since the last sample."""
+    if track.raw is None:
+        return track.totals  # first sight of the replica: its series are the baseline
+    return track.totals.plus_increase(track.raw, reading.raw)
+
+
+def bucket_quantile(buckets: Buckets, q: float) -> float | None:
+    """``histogram_quantile``: linear inside the bucket holding rank ``q``."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank and count > below:
+            if math.isinf(upper):
+                return lower
+            return lower + (upper - lower) * (rank - below) / (count - below)
+        lower, below = upper, count
+    return lower
+
+
+def _combine(buckets: Buckets, other: Buckets,
+             op: Callable[[float, float], float]) -> Buckets:
+    """``op(count, other's count at the same bound)`` for each bucket of ``buckets``."""
+    others = dict(other)
+    return tuple((le, op(count, others.get(le, 0.0))) for le, count in buckets)
+
+
+def _minus(count: float, earlier: float) -> float:
+    return count - earlier
+
+
+def _plus(count: float, mine: float) -> float:
+    return count + mine
+
+
+def _grown(current: float, previous: float) -> float:
+    return _increase(previous, current)
 
 
 def _increase(previous: float, current: float) -> float:
@@ -258,10 +356,3 @@ def _increase(previous: float, current: float) -> float:
 
 def _ratio(part: float, whole: float) -> float | None:
     return part / whole if whole > 0 else None
-
-
-def _nearest_rank(sorted_values: list[float], quantile: float) -> float | None:
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(quantile * len(sorted_values)))
-    return sorted_values[rank - 1]

@@ -11,8 +11,11 @@
   without an index, such as ``least_load``);
 * the tokenizer each replica's model is rendered with (``tokenizer_provider``:
   ``{"source", "path"}``, see ``gateway.hashers``);
-* :class:`OpsStats`: predicted and actual prefix-cache hit rates over the
-  last minute and since start, TTFT p50/p99 over the last minute, request
+* :class:`OpsStats`, read from the same metrics registry ``/metrics``
+  exports (``OpsSampler``): predicted and actual prefix-cache hit rates over
+  the last minute and since start; over the last minute the gateway's TTFT
+  and TPOT p50/p99 (streams), the engine's own TTFT and inter-token latency
+  p50 (every request, streamed or not), output tokens per second; request
   counts, and the chart history.
 
 Two hooks let the prompt linter show its findings without this module
@@ -32,8 +35,8 @@ from typing import Any
 from engine.pool import Replica, ReplicaPool
 from policies.base import Policy
 
-from .ops_sampler import readings
-from .ops_stats import HistoryPoint, OpsStats, ReplicaStats, Totals
+from .ops_sampler import OpsSampler
+from .ops_stats import HistoryPoint, ReplicaStats, Totals
 
 TOP_LINT_FINDINGS = 10
 LATEST_DRIFT_EVENTS = 20
@@ -76,11 +79,12 @@ def _none() -> Sequence[Any]:
 
 
 class OpsView:
-    def __init__(self, pool: ReplicaPool, policy: Policy, stats: OpsStats,
+    def __init__(self, pool: ReplicaPool, policy: Policy, sampler: OpsSampler,
                  wall_clock: Callable[[], float] = time.time) -> None:
         self.pool = pool
         self.policy = policy
-        self.stats = stats
+        self.sampler = sampler
+        self.stats = sampler.stats
         self.wall_clock = wall_clock
         self.started_at = wall_clock()
         self.lint_provider: LintProvider = _none
@@ -89,7 +93,7 @@ class OpsView:
 
     def payload(self) -> dict[str, Any]:
         now = self.stats.clock()
-        by_id = {s.replica_id: s for s in self.stats.stats(readings(self.pool))}
+        by_id = {s.replica_id: s for s in self.stats.stats(self.sampler.readings())}
         tokenizers = self.tokenizer_provider()
         replicas = [self._replica(r, by_id[r.id], now, tokenizers) for r in self.pool]
         lint = sorted(self.lint_provider(), key=lambda f: (-f.count, f.kind))
@@ -140,9 +144,8 @@ class OpsView:
             "indexed_blocks": self.policy.indexed_blocks(replica.id),
             **_rates(stats.window, "1m"),
             **_rates(stats.total, "total"),
-            "ttft_p50_1m_s": _round(stats.ttft_p50),
-            "ttft_p99_1m_s": _round(stats.ttft_p99),
-            "ttft_samples_1m": stats.ttft_samples,
+            **_latencies(stats.window, "1m"),
+            "output_tokens_per_s_1m": _round(stats.output_tokens_per_s, 2),
             "last_error": replica.last_error,
             "history": _history(stats.history, now),
         }
@@ -158,6 +161,21 @@ def _rates(totals: Totals, suffix: str) -> dict[str, Any]:
         f"predicted_cached_tokens_{suffix}": totals.predicted_cached_tokens,
         f"cache_queries_tokens_{suffix}": totals.cache_queries,
         f"cache_hits_tokens_{suffix}": totals.cache_hits,
+        f"completion_tokens_{suffix}": totals.completion_tokens,
+    }
+
+
+def _latencies(window: Totals, suffix: str) -> dict[str, Any]:
+    """Quantiles over the window: the gateway's (streams) and the engine's (all requests)."""
+    return {
+        f"ttft_p50_{suffix}_s": _round(window.quantile("ttft", 0.5)),
+        f"ttft_p99_{suffix}_s": _round(window.quantile("ttft", 0.99)),
+        f"ttft_samples_{suffix}": window.samples("ttft"),
+        f"tpot_p50_{suffix}_s": _round(window.quantile("tpot", 0.5)),
+        f"tpot_p99_{suffix}_s": _round(window.quantile("tpot", 0.99)),
+        f"engine_ttft_p50_{suffix}_s": _round(window.quantile("engine_ttft", 0.5)),
+        f"engine_ttft_p99_{suffix}_s": _round(window.quantile("engine_ttft", 0.99)),
+        f"engine_itl_p50_{suffix}_s": _round(window.quantile("engine_itl", 0.5)),
     }
 
 
@@ -175,6 +193,7 @@ def _history(points: Sequence[HistoryPoint], now: float) -> dict[str, list[Any]]
         "ttft_p50_s": [_round(p.ttft_p50) for p in points],
         "ttft_p99_s": [_round(p.ttft_p99) for p in points],
         "request_rate": [_round(p.request_rate, 3) for p in points],
+        "output_tokens_per_s": [_round(p.output_tokens_per_s, 2) for p in points],
     }
 
 

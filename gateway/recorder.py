@@ -3,8 +3,14 @@
 ``Recorder.record(exchange)`` runs once per routed request, when its last
 byte is sent (or it failed): the policy's ``observe`` for the replica that
 really answered (``Router.observe``; failover included), the per-replica
-counters and histograms of ``gateway.metrics``, the ops view's rolling
-stats, and, when the access log is on, one JSON line without prompt text.
+counters and histograms of ``gateway.metrics`` (which the ops view reads
+too: ``gateway.ops_stats``), and, when the access log is on, one JSON line
+without prompt text.
+
+``count_responses`` wraps the whole app: every answer that no exchange
+recorded — the gateway's own errors (400, 404, 413, 502, 503, ...), refusals
+before a request is routed — is counted in ``prefixgate_requests_total``
+with replica ``none``, so the error panels see an outage, not a gap.
 
 Why the policy learns at the end and not when the request is sent: learning
 at send time keeps a burst of requests with a new prefix together (+3.5
@@ -20,24 +26,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .exchange import Exchange
+from .exchange import MODEL, RECORDED, Exchange
 from .metrics import GatewayMetrics
-from .ops_stats import OpsStats
 from .routing import Router
 
 log = logging.getLogger("prefixgate.access")
 
 
 class Recorder:
-    def __init__(self, metrics: GatewayMetrics, router: Router, ops: OpsStats) -> None:
+    def __init__(self, metrics: GatewayMetrics, router: Router) -> None:
         self.metrics = metrics
         self.router = router
-        self.ops = ops
 
     def record(self, exchange: Exchange) -> None:
+        exchange.client.scope[RECORDED] = True
         m, outcome, request = self.metrics, exchange.outcome, exchange.request
         replica = outcome.replica_id or "none"
         m.requests.labels(exchange.model, replica, str(outcome.status)).inc()
@@ -60,18 +67,54 @@ class Recorder:
                 m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
                 if outcome.usage.cached_tokens is not None:
                     m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
-        if outcome.replica_id:
-            self.ops.record(outcome.replica_id, prompt_tokens, predicted, outcome.ttft,
-                            ok=outcome.status == 200)
         if log.isEnabledFor(logging.INFO):
             decision = exchange.decision
             log.info(orjson.dumps({
                 "request_id": exchange.request_id, "model": exchange.model, "replica": replica,
                 "policy": self.router.policy.name,
-                "reason": decision.reason if decision is not None else None,
+                "reason": exchange.reason(replica) if decision is not None else None,
                 "status": outcome.status, "attempts": outcome.attempts,
                 "prompt_tokens": prompt_tokens, "matched_tokens": predicted,
                 "cached_tokens": outcome.usage.cached_tokens if outcome.usage else None,
                 "ttft_s": round(outcome.ttft, 4) if outcome.ttft is not None else None,
                 "total_s": round(elapsed, 4), "error": outcome.error,
             }).decode())
+
+
+UNCOUNTED_PATHS = ("/health", "/ready", "/metrics", "/admin", "/dashboard", "/openapi.json")
+"""The gateway's own ops routes: not requests of the API, not in ``requests_total``."""
+
+
+class ResponseCounter:
+    """Wraps the app: counts each HTTP answer that no exchange recorded, by status."""
+
+    def __init__(self, app: ASGIApp, metrics: Callable[[], GatewayMetrics | None]) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(UNCOUNTED_PATHS):
+            await self.app(scope, receive, send)
+            return
+        seen = _Status(send)
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            m = self.metrics()
+            if m is not None and seen.status and not scope.get(RECORDED):
+                m.requests.labels(scope.get(MODEL) or "none", "none", str(seen.status)).inc()
+
+
+class _Status:
+    """A ``send`` that remembers the status it started a response with."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)

@@ -23,7 +23,6 @@ from .exchange import Exchange
 from .hashers import HasherSet
 from .lint.service import LintService
 from .metrics import GatewayMetrics
-from .ops_stats import OpsStats
 from .proxy import Proxy
 from .routing import Router
 
@@ -48,7 +47,7 @@ async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
-                 ops: OpsStats | None = None, lint: LintService | None = None) -> None:
+                 lint: LintService | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.router = router
@@ -56,11 +55,7 @@ class GatewayState:
         self.metrics = metrics
         self.started_at = time.time()
         self.hashers = hashers
-        self.ops = ops if ops is not None else OpsStats()
         self.lint = lint
-        self.redis_status: Callable[[], dict[str, object]] | None = None
-        """The shared routing state's condition for ``/ready`` (``gateway.fleet_sync``),
-        None without ``redis_url``."""
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]

@@ -39,7 +39,8 @@ SHOWN_FIELDS = ("predicted_hit_rate_1m", "actual_hit_rate_1m", "predicted_hit_ra
                 "actual_hit_rate_total", "ttft_p50_1m_s", "ttft_p99_1m_s", "requests_1m",
                 "errors_1m", "inflight", "running", "waiting", "kv_usage", "block_size",
                 "capacity_blocks", "indexed_blocks", "requests_total", "healthy", "model",
-                "kv_cache_dtype")
+                "kv_cache_dtype", "tpot_p50_1m_s", "output_tokens_per_s_1m",
+                "engine_ttft_p50_1m_s", "engine_itl_p50_1m_s")
 TOTAL_FIELDS = ("predicted_hit_rate_total", "actual_hit_rate_total", "requests_total")
 WORDS = ("refund", "order", "invoice", "warranty", "account", "premium", "region", "cache",
          "block", "replica")

@@ -116,3 +116,91 @@ async def test_metrics_carry_the_ops_series() -> None:
     assert samples[("prefixgate_lint_findings_total",
                     (("kind", "timestamp_in_system_prompt"),))] == 1
     assert samples[("prefixgate_prefix_drift_events_total", (("model", "m"),))] == 2
+
+
+def scrape(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def requests_total(samples: dict, replica: str, status: str) -> float:
+    return sum(v for (name, labels), v in samples.items()
+               if name == "prefixgate_requests_total"
+               and dict(labels)["replica"] == replica and dict(labels)["status"] == status)
+
+
+async def test_the_gateways_own_errors_are_counted_by_status() -> None:
+    a = FakeReplica("a")
+    async with gateway([a]) as client:
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        assert (await client.post("/v1/chat/completions", content=b"{nope")).status_code == 400
+        assert (await client.post("/v1/nowhere", json=CHAT)).status_code == 404
+        a.up = False  # every try fails before the first byte: the gateway answers 502
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 502
+        assert (await client.post("/v1/chat/completions", json=CHAT)).status_code in (502, 503)
+        samples = scrape((await client.get("/metrics")).text)
+    assert requests_total(samples, "a", "200") == 1
+    assert requests_total(samples, "none", "400") == 1
+    assert requests_total(samples, "none", "404") == 1
+    gateway_errors = requests_total(samples, "none", "502") + requests_total(samples, "none",
+                                                                             "503")
+    assert gateway_errors == 2
+    # The model was known for the 502: it is labelled with it.
+    assert samples[("prefixgate_requests_total",
+                    (("model", "m"), ("replica", "none"), ("status", "502")))] >= 1
+
+
+async def test_counters_exist_at_zero_from_start_up() -> None:
+    async with gateway([FakeReplica("a"), FakeReplica("b")]) as client:
+        samples = scrape((await client.get("/metrics")).text)
+    for replica in ("a", "b"):
+        assert samples[("prefixgate_failovers_total", (("replica", replica),))] == 0
+        assert samples[("prefixgate_stream_errors_total", (("replica", replica),))] == 0
+        assert samples[("prefixgate_requests_total",
+                        (("model", "m"), ("replica", replica), ("status", "200")))] == 0
+    assert samples[("prefixgate_requests_total",
+                    (("model", "m"), ("replica", "none"), ("status", "503")))] == 0
+    assert samples[("prefixgate_lint_findings_total", (("kind", "timestamp"),))] == 0
+    assert samples[("prefixgate_prefix_drift_events_total", (("model", "m"),))] == 0
+
+
+async def test_the_ops_view_reads_the_same_series_as_metrics() -> None:
+    a, b = FakeReplica("a"), FakeReplica("b")
+    async with gateway([a, b], policy="prefix") as client:
+        for _ in range(4):
+            await client.post("/v1/chat/completions", json=CHAT)
+        stream = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+        async with client.stream("POST", "/v1/chat/completions", json=stream) as response:
+            await response.aread()
+        samples = scrape((await client.get("/metrics")).text)
+        data = (await client.get("/admin/replicas")).json()
+    for row in data["replicas"]:
+        rid = row["id"]
+        assert row["requests_total"] == requests_total(samples, rid, "200")
+        assert row["prompt_tokens_total"] == samples[
+            ("prefixgate_prompt_tokens_total", (("replica", rid),))]
+        assert row["completion_tokens_total"] == samples[
+            ("prefixgate_completion_tokens_total", (("replica", rid),))]
+        streams = samples.get(("prefixgate_time_to_first_token_seconds_count",
+                               (("replica", rid),)), 0)
+        assert row["ttft_samples_1m"] == streams
+        assert (row["ttft_p50_1m_s"] is None) == (streams == 0)
+    assert sum(r["ttft_samples_1m"] for r in data["replicas"]) == 1
+
+
+async def test_answers_say_why_they_went_where_they_went() -> None:
+    a, b = FakeReplica("a"), FakeReplica("b")
+    async with gateway([a, b], policy="prefix") as client:
+        first = await client.post("/v1/chat/completions", json=CHAT)
+        second = await client.post("/v1/chat/completions", json=CHAT)
+        served = second.headers["x-prefixgate-replica"]
+        other = next(r for r in (a, b) if r.name != served)
+        (a if served == "a" else b).up = False
+        moved = await client.post("/v1/chat/completions", json=CHAT)
+    assert first.headers["x-prefixgate-reason"] == "miss"
+    assert second.headers["x-prefixgate-reason"] == "hit"
+    assert int(second.headers["x-prefixgate-matched-tokens"]) > 0
+    assert second.headers["x-prefixgate-runner-up"] == other.name
+    assert second.headers["x-prefixgate-runner-up-matched-tokens"] == "0"
+    assert moved.headers["x-prefixgate-replica"] == other.name
+    assert moved.headers["x-prefixgate-reason"] == "failover"
