@@ -19,7 +19,7 @@ import httpx
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from engine.backend import Backend, Timeouts
+from engine.backend import Backend
 from engine.httpx_backend import HttpxBackend
 from engine.pool import ReplicaPool, ReplicaSpec
 from engine.remote import RemoteBackend
@@ -29,6 +29,9 @@ from . import errors
 from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
 from .config import Settings
+from .drain import Drain
+from .fleet_metrics import fleet_collectors
+from .fleet_sync import fleet_of
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_feed import KVFeed
@@ -56,8 +59,7 @@ TransportFactory = Callable[[str], "httpx.AsyncBaseTransport | None"]
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
     """One backend per replica; ``transport`` may supply each one's httpx transport."""
-    t = settings.timeouts
-    timeouts = Timeouts(connect=t.connect, first_byte=t.first_byte, idle=t.idle, probe=t.probe)
+    timeouts = settings.timeouts.engine()
     out: list[tuple[ReplicaSpec, Backend]] = []
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
@@ -86,6 +88,9 @@ class GatewayApp(FastAPI):
     (``gateway.streaming``).
     """
 
+    drain: Drain | None = None
+    """Set by ``create_app``: while it drains, new routed requests are refused."""
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             scope[RAW_SEND] = send
@@ -93,7 +98,15 @@ class GatewayApp(FastAPI):
 
     @functools.cached_property
     def _counted(self) -> ResponseCounter:
-        return ResponseCounter(super().__call__, self._metrics)
+        return ResponseCounter(self._serve, self._metrics)
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        drain = self.drain if scope["type"] == "http" else None
+        refusal = drain.refusal(scope) if drain is not None else None
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
     def _metrics(self) -> GatewayMetrics | None:
         state = getattr(self.state, "gateway", None)
@@ -104,6 +117,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
     # Built here so that a wrong policy or option fails at start-up, not on a request.
     policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
+    drain = Drain(settings.drain_seconds, settings.retry_after_seconds)
     keys = load_store(settings.api_keys, settings.tenant_salt_secret,
                       settings.retry_after_seconds)
 
@@ -127,12 +141,19 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         pool = ReplicaPool(build_backends(settings, transport),
                            health_interval=settings.health_interval,
                            fail_threshold=settings.fail_threshold,
-                           default_block_size=settings.default_block_size)
+                           default_block_size=settings.default_block_size,
+                           cooldown=settings.breaker.cooldown,
+                           slow=settings.breaker.slow.engine())
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
+        fleet = fleet_of(settings, pool, policy)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
-                                              *(keys.metrics.collectors() if keys else [])])
+                                              *(keys.metrics.collectors() if keys else []),
+                                              *fleet_collectors(fleet)])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
-        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router))
+        if fleet is not None:
+            router.add_observer(fleet.routed)
+        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router),
+                      timeouts=settings.timeouts.engine(), drain=drain)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn))
         state = GatewayState(settings, pool, router, proxy, metrics, hashers,
@@ -142,6 +163,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         ops_view.tokenizer_provider = hashers.tokenizers
         await pool.start()
+        if fleet is not None:  # a restarted instance starts from the shared state
+            await fleet.start()
+            state.redis_status = fleet.status
         try:
             await hashers.discover(pool.known_models(), pool.model_root)
         except TokenizerConfigError as exc:
@@ -192,6 +216,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
             gc.unfreeze()
             gc.set_threshold(*thresholds)
             await kv_feed.aclose()
+            if fleet is not None:
+                await fleet.aclose()
             await lag_probe.aclose()
             gc_pauses.stop()
             await ops_sampler.aclose()
@@ -200,6 +226,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
 
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
                   openapi_url=None)
+    app.drain = drain
     errors.install(app)
     if keys is not None:
         app.add_middleware(AuthMiddleware, store=keys, metrics_auth=settings.metrics_auth)

@@ -123,9 +123,12 @@ class Exchange:
         grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
 
     def tokens_used(self) -> int | None:
-        """Prompt and completion tokens, as the replica's ``usage`` reported them."""
+        """Prompt and completion tokens as the replica's ``usage`` reported them; 0 when
+        no replica was tried (refused here), None when unknown."""
         usage = self.outcome.usage
-        return None if usage is None else usage.prompt_tokens + usage.completion_tokens
+        if usage is not None:
+            return usage.prompt_tokens + usage.completion_tokens
+        return 0 if self.outcome.attempts == 0 else None
 
     def set_model(self, model: str) -> None:
         """The model the request is routed for (filled in when the client left it out)."""

@@ -56,6 +56,9 @@ class GatewayState:
         self.started_at = time.time()
         self.hashers = hashers
         self.lint = lint
+        self.redis_status: Callable[[], dict[str, object]] | None = None
+        """The shared routing state's condition for ``/ready`` (``gateway.fleet_sync``),
+        None without ``redis_url``."""
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]
