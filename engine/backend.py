@@ -15,7 +15,26 @@ from typing import Protocol
 
 DROP_REQUEST_HEADERS = frozenset({"host", "content-length", "connection", "transfer-encoding",
                                   "accept-encoding", "keep-alive", "upgrade", "te"})
-"""Hop-by-hop and length headers: the gateway's to set, not the client's to forward."""
+"""Hop-by-hop and length headers: the gateway's to set, not the client's to forward.
+
+(The gateway drops the rest of RFC 9110's hop-by-hop set, and the headers a
+``Connection`` names, before a request gets here: ``gateway.forwarding``.)
+``accept-encoding`` is dropped too: the gateway reads answers (usage, ids), so
+it asks for them uncompressed."""
+
+JSON = "application/json"
+"""The content type a body is sent with when the caller's headers name none."""
+
+
+def outgoing_headers(headers: Mapping[str, str], auth: Mapping[str, str]) -> dict[str, str]:
+    """The headers a backend sends: the caller's less hop-by-hop ones, its own auth,
+    and a content type (JSON unless the caller named one, e.g. a multipart form)."""
+    out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
+    content_type = next((v for k, v in out.items() if k.lower() == "content-type"), JSON)
+    out = {k: v for k, v in out.items() if k.lower() != "content-type"}
+    out.update(auth)
+    out["content-type"] = content_type
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,13 +75,15 @@ class Backend(Protocol):
     replica_id: str
 
     async def send(
-        self, path: str, body: bytes, headers: Mapping[str, str]
+        self, path: str, body: bytes, headers: Mapping[str, str], method: str = "POST"
     ) -> UpstreamResponse:
-        """POST ``body`` to ``path``; returns once the status line has arrived."""
+        """Send ``body`` to ``path`` (``method``, POST unless said; a ``content-type``
+        in ``headers`` is kept, JSON otherwise); returns once the status line arrived."""
         ...
 
     async def get(self, path: str) -> tuple[int, bytes]:
-        """A small GET (``/health``, ``/metrics``, ``/v1/models``) with the probe timeout."""
+        """A small GET (``/health``, ``/metrics``, ``/v1/models``, ``/version``) with the
+        probe timeout."""
         ...
 
     async def aclose(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import httpx
 
-from .backend import DROP_REQUEST_HEADERS, Timeouts, UpstreamResponse
+from .backend import Timeouts, UpstreamResponse, outgoing_headers
 from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
 
 
@@ -40,11 +40,10 @@ class HttpxBackend:
             transport=transport,
         )
 
-    async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        out_headers = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
-        out_headers.update(self._auth)
-        out_headers["content-type"] = "application/json"
-        request = self._client.build_request("POST", path, content=body, headers=out_headers)
+    async def send(self, path: str, body: bytes, headers: Mapping[str, str],
+                   method: str = "POST") -> UpstreamResponse:
+        out_headers = outgoing_headers(headers, self._auth)
+        request = self._client.build_request(method, path, content=body, headers=out_headers)
         try:
             async with asyncio.timeout(self.timeouts.response):
                 response = await self._client.send(request, stream=True)

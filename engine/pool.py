@@ -77,8 +77,9 @@ class Replica:
     """Requests other gateway instances have in flight here (shared routing state)."""
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     served_models: tuple[str, ...] = ()
-    model_roots: dict[str, str] = field(default_factory=dict)
-    """Each served model's ``root`` in ``/v1/models`` (vLLM: the model's path or name)."""
+    model_cards: dict[str, dict[str, object]] = field(default_factory=dict)
+    """Each served model's entry of ``/v1/models`` as the replica sent it (vLLM's
+    ``max_model_len``, ``permission``, ``owned_by``, ``root``...), by model id."""
     last_error: str | None = None
     last_probe: float | None = None
     consecutive_failures: int = 0
@@ -295,17 +296,27 @@ class ReplicaPool:
             cards = [item for item in data if isinstance(item, dict) and "id" in item]
         except (orjson.JSONDecodeError, AttributeError):
             return
-        replica.served_models = tuple(str(card["id"]) for card in cards)
-        replica.model_roots = {str(card["id"]): str(card["root"]) for card in cards
-                               if isinstance(card.get("root"), str) and card["root"]}
+        replica.model_cards = {str(card["id"]): card for card in cards}
+        replica.served_models = tuple(replica.model_cards)
 
     def model_root(self, model: str) -> str | None:
         """What a replica serving ``model`` reports as its root (the first that does)."""
         for replica in self._replicas.values():
-            root = replica.model_roots.get(model)
-            if root:
+            root = replica.model_cards.get(model, {}).get("root")
+            if isinstance(root, str) and root:
                 return root
         return None
+
+    def model_cards(self) -> list[dict[str, object]]:
+        """The ``/v1/models`` entries of the healthy replicas, one per model id (the
+        first replica's), in replica order; a model a replica serves without listing
+        it (configured, not yet probed) has none."""
+        cards: dict[str, dict[str, object]] = {}
+        for replica in self._replicas.values():
+            if replica.healthy:
+                for model_id, card in replica.model_cards.items():
+                    cards.setdefault(model_id, card)
+        return list(cards.values())
 
     def _sync(self, replica: Replica) -> None:
         """``healthy`` follows the breaker: in rotation while it is closed."""

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 
-from .backend import DROP_REQUEST_HEADERS, Timeouts, UpstreamResponse
+from .backend import Timeouts, UpstreamResponse, outgoing_headers
 from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
 
 _READ_CHUNK = 65536
@@ -64,16 +64,15 @@ class RemoteBackend:
             timeout=aiohttp.ClientTimeout(total=None, connect=self.timeouts.connect,
                                           sock_connect=self.timeouts.connect))
 
-    async def send(self, path: str, body: bytes, headers: Mapping[str, str]) -> UpstreamResponse:
-        out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
-        out.update(self._auth)
-        out["content-type"] = "application/json"
+    async def send(self, path: str, body: bytes, headers: Mapping[str, str],
+                   method: str = "POST") -> UpstreamResponse:
+        out = outgoing_headers(headers, self._auth)
         url = self.base_url + path
         for attempt in (1, 2):
             try:
                 session = self._client() if attempt == 1 else self._fresh_client()
                 async with asyncio.timeout(self.timeouts.response):
-                    response = await session.post(url, data=body, headers=out)
+                    response = await session.request(method, url, data=body or None, headers=out)
                 break
             except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
                 raise ReplicaUnavailable(self.replica_id, "cannot connect: timed out") from None

@@ -1,29 +1,42 @@
-"""The OpenAI-compatible routes and the gateway's own health routes.
+"""The HTTP face: vLLM's OpenAI routes, relayed, and the gateway's own.
 
-    POST /v1/chat/completions   routed, streaming or not
-    POST /v1/completions        routed, streaming or not
-    GET  /v1/models             models served by healthy replicas
+    every route of ``gateway.vllm_routes.ROUTES``   routed and relayed (``routed``)
+    GET  /v1/models             every healthy replica's model entries, merged by id
+    GET  /v1/models/{model}     one of them (OpenAI's ``models.retrieve``)
+    GET  /version               vLLM's version (the first healthy replica's), the
+                                gateway's, and each replica's
     GET  /health                the gateway process is alive
     GET  /ready                 every configured model has a healthy replica
     GET  /metrics               Prometheus text
+
+Any other path is a 404 in OpenAI's error shape (``gateway.errors``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
-from .errors import BodyTooLarge, InvalidRequest, ModelNotFound
+from engine.errors import EngineError
+
+from .dispatch import Dispatcher
+from .errors import BodyTooLarge, ModelNotFound
 from .exchange import Exchange, Route
+from .forwarding import secret_test
 from .jsonresp import JSONResponse
-from .schemas import ChatBody, CompletionBody
 from .state import GatewayState
+from .vllm_routes import ROUTES
 
 log = logging.getLogger("prefixgate.access")
+
 
 async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
@@ -39,55 +52,47 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def resolve_model(state: GatewayState, requested: str | None) -> str:
-    known = state.pool.known_models()
-    if requested is None:
-        if len(known) == 1:
-            return known[0]
-        raise InvalidRequest("model: field required", param="model")
-    if requested not in known:
-        raise ModelNotFound(f"The model `{requested}` does not exist.", param="model")
-    return requested
+def gateway_version() -> str:
+    try:
+        return version("prefixgate")
+    except PackageNotFoundError:
+        return "unknown"
 
 
-def build_router(state: GatewayState) -> APIRouter:
+def build_router(state: GatewayState, dispatcher: Dispatcher | None = None) -> APIRouter:
     router = APIRouter()
+    dispatch = dispatcher if dispatcher is not None else Dispatcher(state)
+    is_secret = secret_test(state.settings)
 
     async def routed(request: Request, route: Route) -> Response:
-        """read -> parse -> describe -> decide -> forward (which records)."""
+        """read -> parse -> decide -> forward (which records) -> remember."""
         exchange = Exchange(request, route)
-        raw = await read_body(request, state.settings.max_body_bytes)
-        exchange.set_model(resolve_model(state, exchange.parse(raw)))
-        state.observe_lint(exchange)
-        try:
-            exchange.request = await state.describe(exchange)
-            exchange.decision = state.router.decide(exchange.request)
-        except BaseException:
-            if exchange.lint is not None:
-                exchange.lint.cancel()
-            raise
-        return await state.proxy.forward(exchange)
+        exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
+        await dispatch.decide(exchange)
+        response = await state.proxy.forward(exchange)
+        dispatch.homes.remember(exchange, response)
+        return response
 
-    chat = Route("chat", "/v1/chat/completions", ChatBody)
-    completion = Route("completions", "/v1/completions", CompletionBody)
-
-    @router.post(chat.path)
-    async def chat_completions(request: Request) -> Response:
-        return await routed(request, chat)
-
-    @router.post(completion.path)
-    async def completions(request: Request) -> Response:
-        return await routed(request, completion)
+    for route in ROUTES:
+        router.add_api_route(route.path, _handler(routed, route), methods=[route.method])
 
     @router.get("/v1/models")
     async def models() -> Response:
-        created = int(state.started_at)
-        data: list[dict[str, Any]] = [
-            {"id": name, "object": "model", "created": created, "owned_by": "prefixgate",
-             "root": name, "parent": None}
-            for name in state.pool.healthy_models()
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": model_cards(state)})
+
+    @router.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> Response:
+        for card in model_cards(state):
+            if card["id"] == model_id:
+                return JSONResponse(card)
+        raise ModelNotFound(f"The model `{model_id}` does not exist.", param="model")
+
+    @router.get("/version")
+    async def versions() -> Response:
+        replicas = await replica_versions(state)
+        first = next((v for v in replicas.values() if v is not None), None)
+        return JSONResponse({"version": first, "prefixgate": gateway_version(),
+                             "replicas": replicas})
 
     @router.get("/health")
     async def health() -> Response:
@@ -108,3 +113,45 @@ def build_router(state: GatewayState) -> APIRouter:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router
+
+
+Routed = Callable[[Request, Route], Awaitable[Response]]
+
+
+def _handler(routed: Routed, route: Route) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        return await routed(request, route)
+    handle.__name__ = f"{route.kind}_{route.method.lower()}"
+    return handle
+
+
+def model_cards(state: GatewayState) -> list[dict[str, Any]]:
+    """The healthy replicas' own ``/v1/models`` entries (``max_model_len``,
+    ``permission``, ``owned_by``, ``root`` as vLLM sent them), one per model id; a
+    model a healthy replica serves without having listed it gets a plain entry."""
+    cards: list[dict[str, Any]] = [dict(card) for card in state.pool.model_cards()]
+    listed = {card["id"] for card in cards}
+    created = int(state.started_at)
+    cards += [{"id": name, "object": "model", "created": created, "owned_by": "vllm",
+               "root": name, "parent": None}
+              for name in state.pool.healthy_models() if name not in listed]
+    return cards
+
+
+async def replica_versions(state: GatewayState) -> dict[str, str | None]:
+    """Each replica's ``GET /version`` (None when it is out of rotation or cannot say)."""
+    replicas = list(state.pool)
+
+    async def ask(replica_id: str, healthy: bool) -> str | None:
+        if not healthy:
+            return None
+        try:
+            status, body = await state.pool.get(replica_id).backend.get("/version")
+            answer = orjson.loads(body) if status == 200 else None
+        except (EngineError, orjson.JSONDecodeError):
+            return None
+        found = answer.get("version") if isinstance(answer, dict) else None
+        return found if isinstance(found, str) else None
+
+    found = await asyncio.gather(*(ask(r.id, r.healthy) for r in replicas))
+    return dict(zip((r.id for r in replicas), found))

@@ -21,18 +21,24 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from starlette.requests import Request
 
+from engine.form_fields import form_fields
 from policies.types import Decision, RouteRequest
 
 from .auth import CLIENT_KEY_HEADERS, GRANT, Grant, estimate_tokens
-from .schemas import Sampling, parse_json, validate
+from .forwarding import SecretTest, forward_headers
+from .prompt_shapes import prompt_of
+from .schemas import RoutingFields, parse_json, routing_fields
 from .usage import Usage
 
-FORWARDED_REQUEST_HEADERS = ("authorization", "traceparent", "tracestate")
+Routing = Literal["prefix", "load", "home"]
+BodyKind = Literal["json", "form", "none"]
+FORM_FIELDS = ("model", "stream", "user")
+"""The fields of a multipart form that routing reads (the form itself goes on unchanged)."""
 
 
 RECORDED = "prefixgate.recorded"
@@ -43,12 +49,21 @@ MODEL = "prefixgate.model"
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """What a routed endpoint is: its kind of prompt, path and body schema."""
+    """What a routed endpoint is: what it does, where, its body, how it is routed."""
 
     kind: str
-    """``chat`` or ``completions``: how the prompt is rendered."""
+    """What the endpoint does (``chat``, ``embeddings``, ``tokenize``...); for a
+    prompt-bearing route also how its prompt renders: ``chat``, ``completions``
+    or ``responses`` (``gateway.prompt_shapes``)."""
     path: str
-    schema: type[Sampling]
+    """The path as the gateway matches it (``/v1/responses/{response_id}``)."""
+    routing: Routing = "prefix"
+    """``prefix``: by the prompt's cached blocks (by load when it has no prompt the
+    gateway can render); ``load``: to the least loaded healthy replica of the model;
+    ``home``: to the replica that holds the stored response the request names."""
+    method: str = "POST"
+    body: BodyKind = "json"
+    """``json`` (an object), ``form`` (multipart, forwarded as bytes), ``none``."""
 
 
 @dataclass(slots=True)
@@ -70,8 +85,10 @@ class Exchange:
     route: Route
     started: float = field(default_factory=time.perf_counter)
     data: dict[str, Any] = field(default_factory=dict)
-    """The parsed JSON body, as the client sent it."""
-    body: Sampling | None = None
+    """The parsed JSON body, as the client sent it (empty for other bodies)."""
+    fields: RoutingFields = field(default_factory=RoutingFields)
+    prompt: tuple[str, dict[str, Any]] | None = None
+    """How the body's prompt renders for routing: (render kind, body); None without one."""
     model: str = ""
     request_id: str = ""
     session_key: str | None = None
@@ -88,23 +105,38 @@ class Exchange:
 
     @property
     def stream(self) -> bool:
-        return bool(self.body is not None and self.body.stream)
+        return self.fields.stream
 
-    def parse(self, raw: bytes) -> str | None:
-        """Parse and validate the body; returns the model the client asked for."""
-        self.data = parse_json(raw)
-        self.body = validate(self.route.schema, self.data)
+    @property
+    def target(self) -> str:
+        """Where the replica gets the request: the client's path and query string."""
+        url = self.client.url
+        return f"{url.path}?{url.query}" if url.query else url.path
+
+    @property
+    def method(self) -> str:
+        return self.route.method
+
+    def parse(self, raw: bytes, is_secret: SecretTest) -> None:
+        """Read what routing needs (``fields``, ``prompt``) and what goes on to the replica."""
         headers = self.client.headers
+        if self.route.body == "json":
+            self.data = parse_json(raw)
+            self.fields = routing_fields(self.data)
+        elif self.route.body == "form":
+            self.fields = routing_fields(
+                form_fields(raw, headers.get("content-type", ""), FORM_FIELDS))
+        else:
+            self.fields = routing_fields(dict(self.client.query_params))
         self.request_id = headers.get("x-request-id") or uuid.uuid4().hex
-        self.session_key = headers.get("x-session-id") or self.body.user
-        self.tenant = headers.get("authorization") or self.body.user
+        self.session_key = headers.get("x-session-id") or self.fields.user
+        self.tenant = headers.get("authorization") or self.fields.user
         self.forward_body = raw
-        self.forward_headers = {"x-request-id": self.request_id}
-        for name in FORWARDED_REQUEST_HEADERS:
-            if name in headers:
-                self.forward_headers[name] = headers[name]
+        self.forward_headers = forward_headers(headers, is_secret)
+        self.forward_headers["x-request-id"] = self.request_id
         self._isolate(len(raw))
-        return self.body.model
+        if self.route.routing == "prefix" and self.route.body == "json":
+            self.prompt = prompt_of(self.route.kind, self.data)
 
     def _isolate(self, body_bytes: int) -> None:
         """With client keys (``gateway.auth``): the key's tenant is the tenant, its
@@ -116,8 +148,9 @@ class Exchange:
         self.tenant = grant.tenant
         if self.session_key is not None:
             self.session_key = f"{grant.tenant}\x00{self.session_key}"
-        self.data = grant.isolate(self.data)
-        self.forward_body = orjson.dumps(self.data)
+        if self.route.body == "json":  # a form or a bodiless request has no cache_salt
+            self.data = grant.isolate(self.data)
+            self.forward_body = orjson.dumps(self.data)
         for secret in CLIENT_KEY_HEADERS:
             self.forward_headers.pop(secret, None)
         grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
@@ -131,10 +164,10 @@ class Exchange:
         return 0 if self.outcome.attempts == 0 else None
 
     def set_model(self, model: str) -> None:
-        """The model the request is routed for (filled in when the client left it out)."""
+        """The model the request is routed for (filled in a JSON body that left it out)."""
         self.model = model
         self.client.scope[MODEL] = model
-        if self.body is not None and not self.body.model:
+        if self.route.body == "json" and not self.fields.model:
             self.forward_body = orjson.dumps({**self.data, "model": model})
 
     def predicted_cached(self, replica_id: str) -> int:

@@ -136,13 +136,13 @@ class Proxy:
         backend = self.pool.get(replica_id).backend
         sent = self.clock()
         if not exchange.stream:
-            upstream = await backend.send(exchange.route.path, exchange.forward_body,
-                                          exchange.forward_headers)
+            upstream = await backend.send(exchange.target, exchange.forward_body,
+                                          exchange.forward_headers, exchange.method)
             return _Answer(upstream, await upstream.read(), None, False)
         try:
             async with asyncio.timeout(self.first_byte):
-                upstream = await backend.send(exchange.route.path, exchange.forward_body,
-                                              exchange.forward_headers)
+                upstream = await backend.send(exchange.target, exchange.forward_body,
+                                              exchange.forward_headers, exchange.method)
                 if upstream.status_code != 200:
                     return _Answer(upstream, await upstream.read(), None, False)
                 first = await self._first_chunk(upstream)

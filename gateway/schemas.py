@@ -1,62 +1,60 @@
-"""The request bodies at the HTTP edge, validated with pydantic.
+"""What the gateway reads from a request body at the HTTP edge.
 
-Only what the gateway must understand is typed; every other field is kept
-(``extra="allow"``) because the body forwarded to the replica is the bytes
-the client sent. A schema violation becomes a 400 in OpenAI's error shape
-with the offending field as ``param``.
+The gateway is no stricter than vLLM: it rejects only what it must
+understand to route — a body that is not JSON or not a JSON object, a
+``model`` that is not a string (or missing while several models are
+served: ``dispatch.resolve_model``), a body over the size limit. Every other
+field, of whatever type or value (a custom role such as ``ipython``,
+``max_tokens=0`` with ``echo``, a completion with only ``prompt_embeds``,
+``n`` above 128), goes to the replica in the bytes the client sent, and the
+replica answers it as vLLM does. A field routing would like but that has an
+odd type (``user``, ``stream``) is read as absent.
+
+The pydantic models below are the chat request's shape as the prompt
+linter's own API checks it (``gateway.lint_api``); extra fields are kept.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InvalidRequest
 
-Role = Literal["system", "developer", "user", "assistant", "tool", "function"]
+_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
+"""What pydantic's lax ``bool`` (vLLM's ``stream``) reads as true in a string."""
 
 
-class Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+@dataclass(frozen=True, slots=True)
+class RoutingFields:
+    """The fields of a body routing reads (each None/False when absent or odd)."""
 
-
-class StreamOptions(Open):
-    include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None
-
-
-class Message(Open):
-    role: Role
-    content: str | list[Any] | None = None
-    name: str | None = None
-
-
-class Sampling(Open):
     model: str | None = None
-    stream: bool | None = False
-    stream_options: StreamOptions | None = None
-    n: int | None = Field(None, ge=1, le=128)
-    max_tokens: int | None = Field(None, ge=1)
-    temperature: float | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
+    stream: bool = False
     user: str | None = None
-    cache_salt: str | None = None
-    seed: int | None = None
 
 
-class ChatBody(Sampling):
-    messages: list[Message] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    tools: list[dict[str, Any]] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
+def routing_fields(data: Mapping[str, Any]) -> RoutingFields:
+    """Read ``model``, ``stream`` and ``user``; a non-string ``model`` is a 400."""
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("model: Input should be a valid string", param="model")
+    user = data.get("user")
+    return RoutingFields(model=model or None, stream=flag(data.get("stream")),
+                         user=user if isinstance(user, str) else None)
 
 
-class CompletionBody(Sampling):
-    prompt: str | list[str] | list[int] | list[list[int]]
+def flag(value: Any) -> bool:
+    """A boolean the way vLLM's pydantic models read one (JSON, form field or query)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value == 1
+    return isinstance(value, str) and value.strip().lower() in _TRUE
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
@@ -71,7 +69,25 @@ def parse_json(raw: bytes) -> dict[str, Any]:
     return data
 
 
-def validate(model_cls: type[Sampling], data: dict[str, Any]) -> Sampling:
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(Open):
+    role: str
+    content: str | list[Any] | None = None
+    name: str | None = None
+
+
+class ChatBody(Open):
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    user: str | None = None
+    cache_salt: str | None = None
+
+
+def validate(model_cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
     try:
         return model_cls.model_validate(data)
     except ValidationError as exc:

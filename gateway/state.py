@@ -77,10 +77,10 @@ class GatewayState:
         left to tokenize goes to a worker thread when it is long, so the loop
         never stalls on it.
         """
-        model, body, kind = exchange.model, exchange.data, exchange.route.kind
+        model, (kind, body) = exchange.model, exchange.prompt or ("", {})
         session_key, request_id = exchange.session_key, exchange.request_id
         block_size = self.router.block_size(model)
-        if not self.router.policy.uses_prefix:
+        if not self.router.policy.uses_prefix or exchange.prompt is None:
             return RouteRequest(model, (), 0, block_size, session_key, request_id)
         hasher = self.hashers.get(model)
         plan = hasher.plan(model, body, kind, block_size)
@@ -98,7 +98,7 @@ class GatewayState:
 
     def observe_lint(self, exchange: Exchange) -> None:
         """Lint a chat request's stable prefix once the request has left (never awaited)."""
-        if self.lint is None or exchange.route.kind != "chat":
+        if self.lint is None or exchange.route.kind != "chat" or exchange.prompt is None:
             return
         lint = self.lint
         exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.data,

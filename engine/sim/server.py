@@ -20,7 +20,9 @@ from fastapi.responses import Response
 from engine.sim.admin_routes import build_admin_router
 from engine.sim.config import SimConfig
 from engine.sim.openai_routes import build_openai_router
+from engine.sim.pooling_routes import build_pooling_router
 from engine.sim.protocol import SimError
+from engine.sim.responses_api import build_responses_router
 from engine.sim.runtime import SimRuntime
 
 
@@ -54,4 +56,6 @@ def create_sim_app(config: SimConfig) -> FastAPI:
     app.add_exception_handler(SimError, render_error)
     app.include_router(build_openai_router(runtime))
     app.include_router(build_admin_router(runtime))
+    app.include_router(build_responses_router(runtime))
+    app.include_router(build_pooling_router(runtime))
     return app

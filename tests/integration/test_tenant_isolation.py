@@ -28,6 +28,7 @@ import pytest
 
 from tests.support.api_keys import write_keys
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
@@ -43,14 +44,27 @@ def system(pin: str) -> str:
             "hours of the vault and the documents a visitor must bring along.")
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+@pytest.fixture(scope="module", params=["prefix", "precise"])
+def gateway(request: pytest.FixtureRequest,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    """``prefix`` learns from the gateway's own routing, ``precise`` from the sims'
+    KV events (a salted request's first block carries its salt)."""
     keys = write_keys(Path(tmp_path_factory.mktemp("keys")) / "keys.yaml", [
         {"key": f"sk-tenant-{name}", "tenant": name} for name in ("b", "a", "a2", "c")
     ] + [{"key": ADMIN, "tenant": "ops", "admin": True}])
-    with running_sims([sim_args(i) for i in range(2)]) as sims:
-        gw = GatewayProcess(gateway_settings(sims, policy="prefix", api_keys=keys,
-                                             tenant_salt_secret="isolation-test"))
+    ports = [(free_port(), free_port()) for _ in range(2)]
+    events = request.param == "precise"
+    args = [sim_args(i, *(("--kv-events-port", str(pub), "--kv-events-replay-port", str(replay))
+                          if events else ()))
+            for i, (pub, replay) in enumerate(ports)]
+    with running_sims(args) as sims:
+        settings = gateway_settings(sims, policy=request.param, api_keys=keys,
+                                    tenant_salt_secret="isolation-test")
+        if events:
+            for replica, (pub, replay) in zip(settings["replicas"], ports):
+                replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
+                                        "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+        gw = GatewayProcess(settings)
         try:
             yield gw.start()
         finally:

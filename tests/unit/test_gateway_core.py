@@ -74,9 +74,7 @@ async def test_body_is_forwarded_unchanged_with_request_id() -> None:
 @pytest.mark.parametrize("payload,status,param", [
     (b"{not json", 400, None),
     (b"[]", 400, None),
-    (b'{"model": "m"}', 400, "messages"),
-    (b'{"model": "m", "messages": [{"role": "robot", "content": "x"}]}', 400, "messages[0].role"),
-    (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 0}', 400, "n"),
+    (b'{"model": ["m"], "messages": [{"role": "user", "content": "x"}]}', 400, "model"),
     (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404, "model"),
 ])
 async def test_bad_input_gets_openai_error(payload: bytes, status: int, param: str | None) -> None:

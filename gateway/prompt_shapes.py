@@ -1,0 +1,101 @@
+"""What prompt a request body carries, as routing renders it.
+
+Chat bodies (``/v1/chat/completions``, ``/v1/chat/completions/render``) and
+completion bodies render as they are. A ``/v1/responses`` body is rendered
+like the chat request vLLM turns it into: ``instructions`` as the system
+message, then ``input`` (a string is one user message; a list holds
+messages whose content is a string or ``input_text``/``output_text``
+parts). Requests sharing instructions and earlier input then share blocks
+and route together. Tool calls and other item types have no chat form the
+gateway renders: such a request, like any body whose shape the gateway does
+not know, has no prompt for routing and goes by load (the replica still
+gets it unchanged, and answers it as vLLM does).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TEXT_PARTS = ("input_text", "output_text", "text")
+_CHAT_FIELDS = ("cache_salt", "chat_template_kwargs")
+
+
+def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``(render kind, body to render)`` for a prompt-bearing body, or None."""
+    if kind == "chat":
+        return ("chat", body) if _is_chat(body.get("messages")) else None
+    if kind == "completions":
+        return ("completions", body) if _is_prompt(body.get("prompt")) else None
+    if kind == "responses":
+        messages = responses_messages(body)
+        if messages is None:
+            return None
+        chat = {"messages": messages, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
+        return "chat", chat
+    return None
+
+
+def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A Responses API body's ``instructions`` and ``input`` as chat messages."""
+    messages: list[dict[str, Any]] = []
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages.append({"role": "system", "content": instructions})
+    given = body.get("input")
+    if isinstance(given, str):
+        messages.append({"role": "user", "content": given})
+    elif isinstance(given, list):
+        for item in given:
+            message = _message(item)
+            if message is None:
+                return None
+            messages.append(message)
+    else:
+        return None
+    return messages or None
+
+
+def _message(item: Any) -> dict[str, Any] | None:
+    if not isinstance(item, dict) or item.get("type", "message") != "message":
+        return None
+    role, content = item.get("role"), item.get("content")
+    if not isinstance(role, str):
+        return None
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list):
+        return None
+    texts = []
+    for part in content:
+        if not (isinstance(part, dict) and part.get("type") in _TEXT_PARTS
+                and isinstance(part.get("text"), str)):
+            return None
+        texts.append({"type": "text", "text": part["text"]})
+    return {"role": role, "content": texts}
+
+
+def _is_chat(messages: Any) -> bool:
+    return isinstance(messages, list) and bool(messages) and all(map(_is_message, messages))
+
+
+def _is_message(message: Any) -> bool:
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        return False
+    content = message.get("content")
+    return (content is None or isinstance(content, str)
+            or (isinstance(content, list) and all(isinstance(p, dict) for p in content)))
+
+
+def _is_prompt(prompt: Any) -> bool:
+    if isinstance(prompt, str):
+        return True
+    if not isinstance(prompt, list) or not prompt:
+        return False
+    first = prompt[0]
+    if isinstance(first, list):
+        return bool(first) and all(_is_token(t) for t in first)
+    return isinstance(first, str) or all(_is_token(t) for t in prompt)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,102 @@
+"""What the gateway reads from a request: header forwarding, form fields, prompts, fields."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from engine.form_fields import form_fields, parts
+from gateway.errors import InvalidRequest
+from gateway.forwarding import forward_headers
+from gateway.prompt_shapes import prompt_of
+from gateway.schemas import flag, routing_fields
+
+
+def never_secret(name: str) -> bool:
+    return False
+
+
+def test_hop_by_hop_and_connection_named_headers_are_dropped() -> None:
+    headers = {"Connection": "close, X-Foo", "X-Foo": "1", "Keep-Alive": "5", "TE": "trailers",
+               "Trailer": "x", "Upgrade": "h2c", "Proxy-Connection": "keep-alive",
+               "Transfer-Encoding": "chunked", "Host": "gw", "Content-Length": "3",
+               "User-Agent": "ua/1", "X-Bar": "2", "X-Request-Id": "client-id"}
+    assert forward_headers(headers, never_secret) == {"user-agent": "ua/1", "x-bar": "2"}
+
+
+def test_the_gateways_secrets_are_not_forwarded() -> None:
+    headers = {"authorization": "Bearer k", "x-api-key": "k", "accept": "*/*"}
+    assert forward_headers(headers, lambda name: name in ("authorization", "x-api-key")) == {
+        "accept": "*/*"}
+
+
+def multipart(files: dict, data: dict) -> tuple[bytes, str]:
+    request = httpx.Request("POST", "http://x/", files=files, data=data)
+    return request.read(), request.headers["content-type"]
+
+
+def test_form_fields_are_read_and_file_parts_only_measured() -> None:
+    audio = b"\r\n--not-the-boundary\r\n" + bytes(range(256)) * 10
+    body, content_type = multipart({"file": ("a.wav", audio, "audio/wav")},
+                                   {"model": "whisper", "stream": "true", "prompt": "x" * 5000})
+    assert form_fields(body, content_type, ("model", "stream", "prompt", "file")) == {
+        "model": "whisper", "stream": "true"}
+    (upload,) = [p for p in parts(body, content_type) if p.name == "file"]
+    assert upload.filename == "a.wav"
+    assert body[upload.start:upload.end] == audio
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "multipart/form-data", ""])
+def test_a_body_that_is_not_a_form_has_no_fields(content_type: str) -> None:
+    assert form_fields(b'{"model": "m"}', content_type, ("model",)) == {}
+
+
+def test_a_responses_body_renders_as_its_chat_messages() -> None:
+    body = {"instructions": "Be brief.", "cache_salt": "s", "input": [
+        {"role": "user", "content": "Hi"},
+        {"type": "message", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Hello"}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "More"}]}]}
+    assert prompt_of("responses", body) == ("chat", {"cache_salt": "s", "messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+        {"role": "user", "content": [{"type": "text", "text": "More"}]}]})
+    assert prompt_of("responses", {"input": "Hi"}) == (
+        "chat", {"messages": [{"role": "user", "content": "Hi"}]})
+
+
+@pytest.mark.parametrize(("kind", "body"), [
+    ("responses", {"input": [{"type": "function_call_output", "output": "42"}]}),
+    ("responses", {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+    ("responses", {}),
+    ("chat", {"messages": []}),
+    ("chat", {"messages": [{"content": "no role"}]}),
+    ("chat", {"messages": [{"role": "user", "content": 5}]}),
+    ("completions", {"prompt_embeds": "AAAA"}),
+    ("completions", {"prompt": [[]]}),
+    ("embeddings", {"input": "x"}),
+])
+def test_bodies_without_a_renderable_prompt_have_none(kind: str, body: dict) -> None:
+    assert prompt_of(kind, body) is None
+
+
+@pytest.mark.parametrize("prompt", ["text", ["a", "b"], [1, 2, 3], [[1, 2], [3]]])
+def test_completion_prompts_render(prompt: object) -> None:
+    assert prompt_of("completions", {"prompt": prompt}) == ("completions", {"prompt": prompt})
+
+
+def test_routing_fields_read_odd_types_as_absent_but_a_model_must_be_a_string() -> None:
+    fields = routing_fields({"model": "m", "stream": "true", "user": 5})
+    assert (fields.model, fields.stream, fields.user) == ("m", True, None)
+    assert routing_fields({"stream": [1]}).stream is False
+    with pytest.raises(InvalidRequest) as raised:
+        routing_fields({"model": ["m"]})
+    assert raised.value.param == "model"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (True, True), (False, False), (1, True), (0, False), ("True", True), ("yes", True),
+    ("false", False), ("", False), (None, False)])
+def test_flags_read_as_vllm_reads_them(value: object, expected: bool) -> None:
+    assert flag(value) is expected
