@@ -52,6 +52,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis.asyncio import Redis
@@ -152,6 +153,8 @@ class FleetSync:
 
     def routed(self, request: RouteRequest, replica_id: str) -> None:
         """A ``Router`` observer: queue what the policy just learned for publishing."""
+        if not request.block_hashes and request.session_key is None:
+            return  # a load-only policy's request: nothing to share
         if len(self._pending) >= self.options.queue_entries:
             self.dropped += 1
             return
@@ -314,7 +317,7 @@ class FleetSync:
         if not self._tail_kept(oldest, newest):
             raw = await self.redis.get(self.snapshot_key)
             self.last_id = "0-0"
-            if raw is not None:
+            if isinstance(raw, bytes):
                 self._apply_snapshot(decode_snapshot(raw))
         while True:
             reply = await self.redis.xread({self.stream_key: self.last_id or "0-0"},
@@ -324,7 +327,7 @@ class FleetSync:
         self.synced = True
         self.resyncs += 1
 
-    def _tail_kept(self, oldest: list, newest: list) -> bool:
+    def _tail_kept(self, oldest: Any, newest: Any) -> bool:
         if self.last_id is None or not oldest or not newest:
             return False
         last = stream_id_key(self.last_id)
@@ -343,10 +346,10 @@ class FleetSync:
                 self._learn(replica_id, (), session_key, now - behind - age)
         self.last_id = snapshot.stream_id
 
-    def _apply_reply(self, reply: list, live: bool) -> int:
-        """Apply an ``XREAD`` reply; returns the number of stream entries in it."""
+    def _apply_reply(self, reply: Any, live: bool) -> int:
+        """Apply an ``XREAD`` reply (RESP2 list or RESP3 map); returns its entry count."""
         count = 0
-        for _stream, entries in reply or ():
+        for _stream, entries in (reply.items() if isinstance(reply, dict) else reply or ()):
             for entry_id, fields in entries:
                 count += 1
                 self.last_id = entry_id.decode()

@@ -15,6 +15,7 @@ from gateway.fleet_journal import Journal
 from gateway.fleet_sync import FleetOptions, FleetSync
 from policies.cache_aware import CacheAwarePolicy
 from policies.prefix import prefix_policy
+from policies.prefix_index import ApproximatePrefixIndex
 from policies.types import RouteRequest
 
 from .fake_replica import FakeReplica
@@ -127,8 +128,10 @@ async def test_a_newcomer_starts_from_the_snapshot(pool: ReplicaPool) -> None:
     assert policy.sessions.get("user-2", clock.now) == "r1"
     assert pick(policy, pool) == "r1"
     # The ages survive: 40 s (snapshot) + 10 s (since it was written) old.
-    assert policy.index.contains("r1", PROMPT[0], clock.now) and not policy.index.contains(
-        "r1", PROMPT[0], clock.now + 300.0 - 49.0)
+    index = policy.index
+    assert isinstance(index, ApproximatePrefixIndex)
+    assert index.contains("r1", PROMPT[0], clock.now)
+    assert not index.contains("r1", PROMPT[0], clock.now + 300.0 - 49.0)
     assert fleet.journal.snapshot("0-0", clock.now, 0.0).replicas.keys() == {"r0", "r1"}
     assert encode_snapshot(snapshot)  # what an instance writes is what a newcomer reads
 
@@ -137,6 +140,7 @@ async def test_publishing_never_blocks_and_drops_beyond_the_queue(pool: ReplicaP
     fleet, _ = fleet_of(pool, Clock(), queue_entries=2)
     for _ in range(5):
         fleet.routed(RouteRequest("m", PROMPT), "r0")
+    fleet.routed(RouteRequest("m"), "r0")  # no blocks, no session: nothing to share
     assert len(fleet._pending) == 2 and fleet.dropped == 3
     assert fleet.status() == {"url": "redis://:***@127.0.0.1:1/0", "up": False, "synced": False,
                               "instance": fleet.instance, "peers": 0}
