@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,8 @@ HealthListener = Callable[[str, bool], None]
 
 FAIL_THRESHOLD = 2
 """Failed probes in a row before a replica leaves rotation (the settings' default)."""
+DRAIN_POLL = 0.05
+"""Seconds between two looks at a leaving replica's in-flight count."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +199,48 @@ class ReplicaPool:
             for model in replica.models:
                 seen.setdefault(model, None)
         return list(seen)
+
+    # -- membership (replica discovery: engine.discovery) -------------------------
+
+    async def add_replica(self, spec: ReplicaSpec, backend: Backend) -> Replica:
+        """A replica joins the started pool: probed once now, then by its own loop."""
+        if spec.id in self._replicas:
+            raise ValueError(f"replica id {spec.id!r} is already in the pool")
+        replica = Replica(spec, backend, breaker=self.new_breaker())
+        self._replicas[spec.id] = replica
+        await self.probe(replica)
+        self._tasks.append(asyncio.create_task(self._probe_loop(replica),
+                                               name=f"probe-{spec.id}"))
+        return replica
+
+    async def remove_replica(self, replica_id: str, drain_seconds: float) -> int:
+        """A replica leaves: out of rotation now, dropped (backend closed) once its
+        in-flight requests have ended or ``drain_seconds`` have passed. Returns the
+        requests still in flight when it was dropped."""
+        replica = self._replicas[replica_id]
+        name = f"probe-{replica_id}"
+        probing = [task for task in self._tasks if task.get_name() == name]
+        self._tasks = [task for task in self._tasks if task.get_name() != name]
+        await cancel(*probing)
+        # Open for good: an infinite cool-down never half-opens, and an open breaker
+        # ignores successes, so the answers of requests still in flight cannot bring
+        # it back into rotation.
+        now = self._clock()
+        replica.breaker = CircuitBreaker(BreakerSettings(cooldown=math.inf), now=now)
+        replica.breaker.request_failed(now)
+        replica.last_error = "left the replica set (draining)"
+        self._sync(replica)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained(replica), drain_seconds)
+        del self._replicas[replica_id]
+        with contextlib.suppress(Exception):
+            await replica.backend.aclose()
+        return replica.inflight
+
+    @staticmethod
+    async def _drained(replica: Replica) -> None:
+        while replica.inflight:
+            await asyncio.sleep(DRAIN_POLL)
 
     # -- accounting ------------------------------------------------------------
 

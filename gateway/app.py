@@ -13,16 +13,15 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
 from engine.backend import Backend
-from engine.httpx_backend import HttpxBackend
+from engine.discovery import Resolver, system_resolver
 from engine.pool import ReplicaPool, ReplicaSpec
-from engine.remote import RemoteBackend
 from policies.registry import default_registry
 
 from . import errors
@@ -47,14 +46,12 @@ from .ops_stats import OpsStats
 from .ops_view import OpsView
 from .proxy import Proxy
 from .recorder import Recorder, ResponseCounter
+from .replica_sources import TransportFactory, build_discovery, follow_events, make_backend
 from .routing import Router
 from .state import GatewayState
 from .streaming import RAW_SEND
 
 log = logging.getLogger("prefixgate")
-
-TransportFactory = Callable[[str], "httpx.AsyncBaseTransport | None"]
-
 
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
@@ -64,14 +61,7 @@ def build_backends(settings: Settings,
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
                            block_size=cfg.block_size)
-        supplied = transport(replica_id) if transport else None
-        backend: Backend
-        if supplied is not None:  # an in-process engine, or a test's fake replica
-            backend = HttpxBackend(replica_id, cfg.url, timeouts, transport=supplied,
-                                   api_key=cfg.api_key)
-        else:
-            backend = RemoteBackend(replica_id, cfg.url, timeouts, api_key=cfg.api_key)
-        out.append((spec, backend))
+        out.append((spec, make_backend(spec, timeouts, cfg.api_key, transport)))
     return out
 
 
@@ -113,7 +103,8 @@ class GatewayApp(FastAPI):
         return state.metrics if state is not None else None
 
 
-def create_app(settings: Settings, transport: TransportFactory | None = None) -> FastAPI:
+def create_app(settings: Settings, transport: TransportFactory | None = None,
+               resolver: Resolver = system_resolver) -> FastAPI:
     # Built here so that a wrong policy or option fails at start-up, not on a request.
     policy = default_registry(clock=time.monotonic).create(settings.policy_name(),
                                                            settings.policy_options)
@@ -162,7 +153,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         ops_view = OpsView(pool, policy, ops_sampler)
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)
         ops_view.tokenizer_provider = hashers.tokenizers
+        discovery = build_discovery(settings, pool, transport, resolver)
         await pool.start()
+        await discovery.start()
         if fleet is not None:  # a restarted instance starts from the shared state
             await fleet.start()
             state.redis_status = fleet.status
@@ -191,6 +184,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         gc_pauses = GcPauses(metrics.gc_pause_seconds)
         gc_pauses.start()
         kv_feed = KVFeed(settings, pool, policy)
+        await follow_events(discovery, settings, kv_feed)
         kv_feed.start()
         app.include_router(build_router(state))
         app.include_router(build_ops_router(ops_view))
@@ -215,6 +209,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None) ->
         finally:
             gc.unfreeze()
             gc.set_threshold(*thresholds)
+            await discovery.aclose()
             await kv_feed.aclose()
             if fleet is not None:
                 await fleet.aclose()

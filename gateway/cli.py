@@ -24,7 +24,7 @@ from engine.sim.cli import main as sim_main
 
 from .app import create_app
 from .auth import exposure_warning
-from .config import ConfigError, Settings, load_settings, parse_replica_arg
+from .config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
 from .embedded import EmbeddedUnavailable, embedded_replicas
 from .kv_plan_cli import main as plan_main
 from .kv_quality_cli import main as kv_quality_main
@@ -40,6 +40,11 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="listen port (default 8000)")
     p.add_argument("--replica", action="append", default=[], metavar="[ID=]URL",
                    help="a vLLM replica's base URL; repeat for several")
+    p.add_argument("--replicas-from", action="append", default=[],
+                   metavar="NAME:PORT[,key=value]",
+                   help="every address of a DNS name (a headless Service) is a replica, "
+                        "re-resolved every health interval; keys kv_port, kv_replay_port, "
+                        "kv_topic, id_prefix, scheme, drain_seconds; repeat for several")
     p.add_argument("--model", help="served model name of the --replica replicas")
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
                    "--model: for the one model the replicas serve)")
@@ -73,6 +78,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
                            "redis_key_prefix": args.redis_key_prefix}
     if args.replica:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
+    if args.replicas_from:
+        out["replicas_from"] = [parse_source_arg(r, args.model) for r in args.replicas_from]
     if args.model:
         out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
     elif args.tokenizer:
@@ -120,7 +127,7 @@ def serve(argv: Sequence[str]) -> int:
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     with contextlib.ExitStack() as stack:
-        if not settings.replicas:
+        if not settings.replicas and not settings.replicas_from:
             try:
                 settings = _with_embedded(settings, args, stack)
             except EmbeddedUnavailable as exc:

@@ -175,6 +175,56 @@ class ReplicaSettings(Strict):
         return self
 
 
+class DiscoveredKVEvents(Strict):
+    """Where each discovered replica publishes its KV events: ``tcp://ADDRESS:port``."""
+
+    port: int = Field(5557, ge=1, le=65535)
+    replay_port: int | None = Field(5558, ge=1, le=65535)
+    topic: str = "kv"
+
+
+class ReplicaSource(Strict):
+    """Replicas from DNS (``engine.discovery``): every address ``dns`` resolves to is a
+    replica (a Kubernetes headless Service: one per ready pod), re-resolved every
+    ``health_interval``; addresses that appear join, those that vanish drain and leave."""
+
+    dns: str = Field(min_length=1)
+    port: int = Field(8000, ge=1, le=65535)
+    model: str | None = None
+    kind: Literal["remote"] = "remote"
+    scheme: Literal["http", "https"] = "http"
+    id_prefix: str | None = None
+    """Replica ids are ``PREFIX-ADDRESS``; default: the name's first label."""
+    block_size: int | None = Field(None, gt=0)
+    api_key: str | None = None
+    kv_events: DiscoveredKVEvents | None = None
+    drain_seconds: float = Field(30.0, ge=0)
+    """How long a leaving replica's in-flight requests may run before it is dropped."""
+
+
+SOURCE_ARG_KEYS = {"kv_port": "port", "kv_replay_port": "replay_port", "kv_topic": "topic"}
+
+
+def parse_source_arg(text: str, model: str | None) -> dict[str, Any]:
+    """``NAME:PORT[,key=value...]`` (``--replicas-from``; ``;``-separated in the env form).
+
+    Keys are :class:`ReplicaSource`'s scalars (``id_prefix``, ``scheme``,
+    ``block_size``, ``drain_seconds``, ``model``) and ``kv_port``, ``kv_replay_port``,
+    ``kv_topic`` for its ``kv_events``."""
+    head, *pairs = [part.strip() for part in text.split(",")]
+    name, sep, port = head.rpartition(":")
+    entry: dict[str, Any] = {"dns": name, "port": port} if sep else {"dns": head}
+    if model:
+        entry["model"] = model
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key in SOURCE_ARG_KEYS:
+            entry.setdefault("kv_events", {})[SOURCE_ARG_KEYS[key]] = value
+        else:
+            entry[key] = value
+    return entry
+
+
 class LintSettings(Strict):
     """The prompt linter in live traffic (``/v1/prompt/lint`` is always there)."""
 
@@ -222,6 +272,8 @@ class Settings(Strict):
     (``kv_events`` set, or in-process), else ``prefix``."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
     replicas: list[ReplicaSettings] = Field(default_factory=list)
+    replicas_from: list[ReplicaSource] = Field(default_factory=list)
+    """Replica sources beside the static list: DNS names whose addresses are replicas."""
     models: list[ModelSettings] = Field(default_factory=list)
     tokenizer: str | None = None
     """Tokenizer folder of the one model the replicas serve, when ``models``
@@ -277,6 +329,7 @@ class Settings(Strict):
         if self.policy != "auto":
             return self.policy
         with_events = [r.kv_events is not None or r.kind == "inprocess" for r in self.replicas]
+        with_events += [source.kv_events is not None for source in self.replicas_from]
         return "precise" if with_events and all(with_events) else "prefix"
 
 
@@ -313,6 +366,11 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     if replicas:
         model = env.get("PREFIXGATE_MODEL")
         out["replicas"] = [parse_replica_arg(item, model) for item in replicas.split(",") if item]
+    sources = env.get("PREFIXGATE_REPLICAS_FROM")
+    if sources:
+        model = env.get("PREFIXGATE_MODEL")
+        out["replicas_from"] = [parse_source_arg(item, model) for item in sources.split(";")
+                                if item.strip()]
     return out
 
 

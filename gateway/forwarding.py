@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from .auth import CLIENT_KEY_HEADERS
 from .config import Settings
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te",
@@ -33,24 +34,25 @@ SecretTest = Callable[[str], bool]
 
 
 def client_keys_configured(settings: Settings) -> bool:
-    """Whether the gateway checks client API keys of its own (``gateway.auth``'s
-    ``api_keys``, when that setting exists): then the client's key is the
-    gateway's secret, not the replica's."""
-    return bool(getattr(settings, "api_keys", None))
+    """Whether the gateway checks client API keys of its own (``api_keys``,
+    ``gateway.auth``): then the client's key is the gateway's secret, not the
+    replica's."""
+    return settings.api_keys is not None
 
 
 def is_gateway_secret(name: str, settings: Settings) -> bool:
     """Whether the request header ``name`` (lower case) is the gateway's own secret.
 
     ``proxy-authorization`` always is (it is meant for the proxy in front).
-    The client's ``authorization`` is one when the gateway has client API keys
-    of its own; otherwise it is forwarded, and the replica checks it (a
-    replica configured with an ``api_key`` gets that key instead). This is the
-    hook ``gateway.auth`` extends with any header it reads keys from.
+    The client's key headers (``authorization``, ``x-api-key``:
+    ``gateway.auth.CLIENT_KEY_HEADERS``) are when the gateway has client API
+    keys of its own; otherwise they are forwarded, and the replica checks
+    them (a replica configured with an ``api_key`` gets that key instead).
+    Any other header the gateway comes to read a secret from belongs here.
     """
     if name == "proxy-authorization":
         return True
-    return name == "authorization" and client_keys_configured(settings)
+    return name in CLIENT_KEY_HEADERS and client_keys_configured(settings)
 
 
 def secret_test(settings: Settings) -> SecretTest:

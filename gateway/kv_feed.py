@@ -32,7 +32,7 @@ from engine.tasks import cancel
 from policies.base import Policy
 from policies.events import EventBatch
 
-from .config import Settings
+from .config import KVEventSettings, Settings
 
 log = logging.getLogger("prefixgate.kv_feed")
 
@@ -47,6 +47,7 @@ class KVFeed:
         self._running = False
         self.batches = 0
         self.subscribers: list[KVEventSubscriber] = []
+        self._by_id: dict[str, KVEventSubscriber] = {}
         if self._consumer is None:
             return
         for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
@@ -54,15 +55,34 @@ class KVFeed:
                 log.warning("replica %s has no kv_events endpoint: policy %s cannot see "
                             "its cache", replica_id, policy.name)
                 continue
-            self.subscribers.append(KVEventSubscriber(
-                SubscriberConfig(replica_id=replica_id, endpoint=cfg.kv_events.endpoint,
-                                 replay_endpoint=cfg.kv_events.replay_endpoint,
-                                 topic=cfg.kv_events.topic),
-                on_batch=self._on_batch))
-        self._by_id = {s.config.replica_id: s for s in self.subscribers}
+            self.follow(replica_id, cfg.kv_events)
+
+    def follow(self, replica_id: str, kv_events: KVEventSettings) -> None:
+        """Follow a replica's events: a configured one, or one that joined later (replica
+        discovery), whose subscriber starts at once when the feed is running."""
+        if self._consumer is None or replica_id in self._by_id:
+            return
+        subscriber = KVEventSubscriber(
+            SubscriberConfig(replica_id=replica_id, endpoint=kv_events.endpoint,
+                             replay_endpoint=kv_events.replay_endpoint, topic=kv_events.topic),
+            on_batch=self._on_batch)
+        self.subscribers.append(subscriber)
+        self._by_id[replica_id] = subscriber
+        if self._running:
+            subscriber.start()
+
+    async def unfollow(self, replica_id: str) -> None:
+        """Stop following a replica that left (replica discovery)."""
+        subscriber = self._by_id.pop(replica_id, None)
+        if subscriber is None:
+            return
+        self.subscribers.remove(subscriber)
+        self._seeded.discard(replica_id)
+        self._dropped.discard(replica_id)
+        await subscriber.aclose()
 
     def start(self) -> None:
-        if self.subscribers and not self._running:
+        if self._consumer is not None and not self._running:
             self.pool.add_listener(self._on_health)
         self._running = True
         for subscriber in self.subscribers:

@@ -66,15 +66,15 @@ class Profile:
 
     def vllm_settings(self) -> VllmSettings:
         """The ``vllm:`` block: what both an in-process replica and ``vllm serve`` get."""
-        return VllmSettings(
-            model=self.model_path, served_model_name=self.served_model_name,
-            tensor_parallel_size=self.tensor_parallel_size,
-            gpu_memory_utilization=self.gpu_memory_utilization,
-            max_model_len=self.max_model_len, enable_prefix_caching=True,
-            kv_cache_dtype=self.kv_cache_dtype, quantization=self.quantization,
+        return VllmSettings.model_validate({
+            "model": self.model_path, "served_model_name": self.served_model_name,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "max_model_len": self.max_model_len, "enable_prefix_caching": True,
+            "kv_cache_dtype": self.kv_cache_dtype, "quantization": self.quantization,
             # cached tokens in usage.prompt_tokens_details: the gateway's hit-rate figures
-            extra_args=["--enable-prompt-tokens-details"],
-        )
+            "extra_args": ["--enable-prompt-tokens-details"],
+        })
 
     def kv_events_config(self) -> dict[str, Any]:
         """vLLM's ``--kv-events-config`` object for a server the gateway reaches over TCP."""

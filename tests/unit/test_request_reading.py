@@ -6,8 +6,9 @@ import httpx
 import pytest
 
 from engine.form_fields import form_fields, parts
+from gateway.config import load_settings
 from gateway.errors import InvalidRequest
-from gateway.forwarding import forward_headers
+from gateway.forwarding import forward_headers, is_gateway_secret
 from gateway.prompt_shapes import prompt_of
 from gateway.schemas import flag, routing_fields
 
@@ -100,3 +101,14 @@ def test_routing_fields_read_odd_types_as_absent_but_a_model_must_be_a_string() 
     ("false", False), ("", False), (None, False)])
 def test_flags_read_as_vllm_reads_them(value: object, expected: bool) -> None:
     assert flag(value) is expected
+
+
+@pytest.mark.parametrize(("api_keys", "secret"), [(None, False), ("keys.yaml", True)])
+def test_the_clients_key_is_the_gateways_secret_only_with_client_keys(
+        api_keys: str | None, secret: bool) -> None:
+    settings = load_settings(overrides={"replicas": [{"url": "http://r"}],
+                                        "api_keys": api_keys}, env={})
+    assert is_gateway_secret("authorization", settings) is secret
+    assert is_gateway_secret("x-api-key", settings) is secret
+    assert is_gateway_secret("proxy-authorization", settings)
+    assert not is_gateway_secret("user-agent", settings)
