@@ -12,6 +12,8 @@ echo "== import rules"
 "$VENV/bin/lint-imports"
 echo "== browser and promtool setup (Debian packages, once)"
 scripts/setup-browser.sh
+echo "== Node openai client (npm, once)"
+scripts/setup-node.sh
 echo "== unit + integration"
 $PYTEST tests/unit tests/integration -q -p no:cacheprovider
 echo "== browser (the dashboard in headless Chromium)"
