@@ -109,6 +109,10 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+RELEASE_GIL_CHARS = 4096
+"""Texts at least this long are tokenized with the GIL released (``HFRenderer._encode``)."""
+
+
 class HFRenderer:
     """A Hugging Face tokenizer folder and its chat template."""
 
@@ -165,13 +169,22 @@ class HFRenderer:
     def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
         if self._backend is None:
             return None
-        encoding = self._backend.encode(text, add_special_tokens=False)
+        encoding = self._encode(text, False)
         return list(encoding.ids), encoding
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
         if self._backend is not None:
-            return list(self._backend.encode(text, add_special_tokens=add_special_tokens).ids)
+            return list(self._encode(text, add_special_tokens).ids)
         return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+
+    def _encode(self, text: str, add_special_tokens: bool) -> Any:
+        """The Rust backend's encoding. ``encode`` holds the GIL throughout (0.4 s for
+        256k characters: every other thread, the event loop's included, waits);
+        ``encode_batch`` releases it, so long texts go that way (same ids)."""
+        assert self._backend is not None
+        if len(text) < RELEASE_GIL_CHARS:
+            return self._backend.encode(text, add_special_tokens=add_special_tokens)
+        return self._backend.encode_batch([text], add_special_tokens=add_special_tokens)[0]
 
     def decode(self, token_ids: Sequence[int]) -> str:
         return str(self._tokenizer.decode(list(token_ids)))

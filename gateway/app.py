@@ -39,7 +39,9 @@ from .lint.suggest import SUGGESTIONS
 from .lint.service import LintLimits, LintService
 from .lint_api import build_lint_router
 from .loop_lag import GcPauses, LoopLagProbe
+from .memo_metrics import MemoCollector
 from .metrics import GatewayMetrics, HasherCollector
+from .openapi import describe_bodies
 from .ops_routes import build_ops_router
 from .ops_sampler import OpsSampler
 from .ops_stats import OpsStats
@@ -135,9 +137,12 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
                            default_block_size=settings.default_block_size,
                            cooldown=settings.breaker.cooldown,
                            slow=settings.breaker.slow.engine())
-        hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer)
+        hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer,
+                            limits=settings.limits)
         fleet = fleet_of(settings, pool, policy)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
+                                              MemoCollector(hashers, lambda: {
+                                                  "compiled_templates": lint.probe.compiled}),
                                               *(keys.metrics.collectors() if keys else []),
                                               *fleet_collectors(fleet)])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
@@ -147,6 +152,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
                       timeouts=settings.timeouts.engine(), drain=drain)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn))
+        lint.probe.compiled.resize(settings.limits.compiled_templates,
+                                   settings.limits.compiled_template_bytes)
         state = GatewayState(settings, pool, router, proxy, metrics, hashers,
                              lint=lint if settings.lint.enabled else None)
         ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
@@ -220,7 +227,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
             await hashers.aclose()
 
     app = GatewayApp(title="prefixgate", lifespan=lifespan, docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url="/openapi.json")
+    describe_bodies(app)
     app.drain = drain
     errors.install(app)
     if keys is not None:

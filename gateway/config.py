@@ -234,6 +234,35 @@ class LintSettings(Strict):
     """Group each app's requests, learn the spans that vary, report prefix drift."""
 
 
+class LimitSettings(Strict):
+    """Bounds on what one request may cost the gateway, and on its memos.
+
+    Routing analyses at most ``max_routed_messages`` messages,
+    ``max_routed_chars`` characters and ``max_routed_tokens`` tokens of a
+    prompt (the rest is forwarded, not analysed). Each memo is bounded in
+    entries (or tokens/blocks) and in estimated bytes
+    (``prefixgate_memo_entries`` / ``prefixgate_memo_bytes``).
+    """
+
+    max_routed_tokens: int = Field(32_768, ge=1)
+    max_routed_chars: int = Field(131_072, ge=1)
+    max_routed_messages: int = Field(1024, ge=1)
+    piece_memo_tokens: int = Field(2_000_000, ge=1)
+    piece_memo_bytes: int = Field(96 << 20, ge=1)
+    chain_memo_blocks: int = Field(1_000_000, ge=1)
+    chain_memo_bytes: int = Field(96 << 20, ge=1)
+    turn_memo_blocks: int = Field(1_000_000, ge=1)
+    turn_memo_bytes: int = Field(64 << 20, ge=1)
+    reuse_marks: int = Field(200_000, ge=1)
+    reuse_marks_bytes: int = Field(64 << 20, ge=1)
+    template_memo_entries: int = Field(4096, ge=1)
+    """Per model: the conversation memo's rendered anchors and generation prompts."""
+    template_memo_bytes: int = Field(16 << 20, ge=1)
+    compiled_templates: int = Field(64, ge=1)
+    """Compiled chat templates the linter's clock probe keeps."""
+    compiled_template_bytes: int = Field(32 << 20, ge=1)
+
+
 class ModelSettings(Strict):
     name: str
     tokenizer: str | None = None
@@ -297,6 +326,7 @@ class Settings(Strict):
     log_level: str = "info"
     access_log: bool = False
     lint: LintSettings = Field(default_factory=LintSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
     api_keys: str | None = None
     """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth``).
     Unset: no client authentication, every route open."""

@@ -46,7 +46,9 @@ from typing import Any
 import orjson
 import xxhash
 
-from engine.tokenizer import RenderError
+from policies.lru import LRU
+
+from .bounds import ENTRY_BYTES, RENDER_FAILURES, text_bytes
 
 log = logging.getLogger("prefixgate.prefix")
 
@@ -89,13 +91,15 @@ class Keys:
 
 class ConversationMemo:
     def __init__(self, render: Callable[[Mapping[str, Any]], str], split: re.Pattern[str],
-                 turns: Any, audit_every: int = 64, audit_first: int = 16) -> None:
+                 turns: LRU[int, KnownTurn], audit_every: int = 64, audit_first: int = 16,
+                 memo_entries: int = 4096, memo_bytes: int = 16 << 20) -> None:
         self._render = render
         self._split = split
         self.turns = turns
-        """An LRU of prefix key -> :class:`KnownTurn`, weighed in blocks."""
-        self._generation: dict[bytes, str | None] = {}
-        self._anchors: dict[tuple[bytes, int], str | None] = {}
+        """An LRU of prefix key -> :class:`KnownTurn`, weighed in blocks (and bytes)."""
+        self.generation: LRU[bytes, tuple[str | None]] = LRU(memo_entries, memo_bytes)
+        self.anchors: LRU[tuple[bytes, int], tuple[str | None]] = LRU(memo_entries, memo_bytes)
+        """Per render context (its key bytes), the rendered texts the delta is cut by."""
         self.keep_system = False
         self.enabled = self._verify()
         self.audit_every = audit_every
@@ -149,7 +153,7 @@ class ConversationMemo:
             return None
         try:
             text = self._render({**body, "messages": head + [PLACEHOLDER] + messages[cut:]})
-        except RenderError:
+        except RENDER_FAILURES:
             return None
         if not text.startswith(anchor) or not self._split.match(text, len(anchor)):
             return None
@@ -168,31 +172,31 @@ class ConversationMemo:
     def _anchor(self, body: Mapping[str, Any], keys: Keys, head: list[Any]) -> str | None:
         """``T(head + [placeholder])`` without a generation prompt, cached per context."""
         key = (keys.context, _hash(orjson.dumps(head, option=orjson.OPT_SORT_KEYS)) if head else 0)
-        if key not in self._anchors:
+        known = self.anchors.get(key)
+        if known is None:
             try:
                 text: str | None = self._render({**body, "messages": head + [PLACEHOLDER],
                                                  "add_generation_prompt": False})
-            except RenderError:
+            except RENDER_FAILURES:
                 text = None
-            if len(self._anchors) > 1024:
-                self._anchors.clear()
-            self._anchors[key] = text
-        return self._anchors[key]
+            known = (text,)
+            self.anchors.put(key, known, size=_memo_size(keys.context, text))
+        return known[0]
 
     def generation_prompt(self, body: Mapping[str, Any], keys: Keys) -> str | None:
         """The text the template appends for ``add_generation_prompt`` in this context."""
-        if keys.context not in self._generation:
+        known = self.generation.get(keys.context)
+        if known is None:
             probe = [PLACEHOLDER]
             try:
                 with_prompt = self._render({**body, "messages": probe})
                 without = self._render({**body, "messages": probe, "add_generation_prompt": False})
-            except RenderError:
+            except RENDER_FAILURES:
                 with_prompt = without = ""
             ok = with_prompt.startswith(without) and len(with_prompt) > len(without)
-            if len(self._generation) > 1024:
-                self._generation.clear()
-            self._generation[keys.context] = with_prompt[len(without):] if ok else None
-        return self._generation[keys.context]
+            known = (with_prompt[len(without):] if ok else None,)
+            self.generation.put(keys.context, known, size=_memo_size(keys.context, known[0]))
+        return known[0]
 
     def store_offset(self, body: Mapping[str, Any], keys: Keys, text: str) -> int | None:
         """For a whole render: where the request's own messages end, if worth a turn."""
@@ -226,7 +230,7 @@ class ConversationMemo:
         for keep_system in (False, True):
             self.keep_system = keep_system
             failures = [problem for sample in _SAMPLES for problem in self._check(sample)]
-            self._anchors.clear()
+            self.anchors.clear()
             if not failures:
                 return True
         log.info("chat template is not append-only (%s); conversations are rendered whole",
@@ -239,7 +243,7 @@ class ConversationMemo:
         assert keys is not None
         try:
             full = self._render(body)
-        except RenderError as exc:
+        except RENDER_FAILURES as exc:
             return [f"cannot render a sample: {exc}"]
         generation = self.generation_prompt(body, keys)
         if generation is None or not full.endswith(generation):
@@ -252,7 +256,7 @@ class ConversationMemo:
             try:
                 prefix = self._render({"messages": sample[:cut], "add_generation_prompt": False})
                 short = self._render({"messages": head + [PLACEHOLDER] + sample[cut:]})
-            except RenderError as exc:
+            except RENDER_FAILURES as exc:
                 problems.append(f"cut {cut}: {exc}")
                 continue
             anchor = self._anchor(body, keys, head) or ""
@@ -263,6 +267,10 @@ class ConversationMemo:
             elif not self._split.match(full, len(prefix)):
                 problems.append(f"cut {cut}: no special token at the cut")
         return problems
+
+
+def _memo_size(context: bytes, text: str | None) -> int:
+    return ENTRY_BYTES + text_bytes(context) + (text_bytes(text) if text is not None else 0)
 
 
 def _role(message: Any) -> str | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from engine.tokenizer import ByteRenderer, Renderer, load_renderer
 
-from .config import ModelSettings
+from .config import LimitSettings, ModelSettings
 from .render import PromptHasher
 from .tokenizer_source import TokenizerChoice, find_tokenizer
 
@@ -38,19 +38,21 @@ class TokenizerConfigError(ValueError):
 
 class HasherSet:
     def __init__(self, models: list[ModelSettings], default_tokenizer: str | None = None,
-                 loader: Callable[[str | None], Renderer] = load_renderer) -> None:
+                 loader: Callable[[str | None], Renderer] = load_renderer,
+                 limits: LimitSettings | None = None) -> None:
         self._loader = loader
         self._default_tokenizer = default_tokenizer
+        self.limits = limits if limits is not None else LimitSettings()
         self._hashers: dict[str, PromptHasher] = {}
         self._choices: dict[str, TokenizerChoice] = {}
-        self._bytes = PromptHasher(ByteRenderer())
+        self._bytes = PromptHasher(ByteRenderer(), self.limits)
         self._pending: dict[str, asyncio.Task[None]] = {}
         for model in models:
             if model.name in self._choices:
                 continue
             if model.tokenizer:
                 self._adopt(model.name, find_tokenizer(model.name, model.tokenizer, None),
-                            PromptHasher(loader(model.tokenizer)))
+                            PromptHasher(loader(model.tokenizer), self.limits))
 
     # -- lookup --------------------------------------------------------------------
 
@@ -62,6 +64,10 @@ class HasherSet:
 
     def items(self) -> list[tuple[str, PromptHasher]]:
         return list(self._hashers.items())
+
+    def every(self) -> list[tuple[str, PromptHasher]]:
+        """Each model's hasher, and the byte renderer's (shared by models without one) as ``*``."""
+        return [*self._hashers.items(), ("*", self._bytes)]
 
     def choice(self, model: str) -> TokenizerChoice | None:
         return self._choices.get(model)
@@ -111,7 +117,7 @@ class HasherSet:
             self._adopt(model, TokenizerChoice(
                 "bytes", None, f"loading {choice.path} failed ({type(exc).__name__}: {exc})"), None)
             return
-        self._adopt(model, choice, PromptHasher(renderer))
+        self._adopt(model, choice, PromptHasher(renderer, self.limits))
 
     def _adopt(self, model: str, choice: TokenizerChoice, hasher: PromptHasher | None) -> None:
         self._choices[model] = choice

@@ -33,7 +33,9 @@ Algorithm:
 
 Parameters: ``step`` (256 chars), ``min_chars`` (1,024: shorter pieces are
 tokenized in full, faster than looking them up), ``max_marks`` (200,000
-marks, about 30 MB; the least recently learned go first).
+marks) and ``max_bytes`` (64 MiB): a mark keeps its piece's text alive, so
+each weighs its share of that text (``step`` characters) besides itself;
+the least recently learned go first.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from typing import Protocol
 import xxhash
 
 from policies.lru import LRU
+
+from .bounds import ENTRY_BYTES, text_bytes
 
 PieceKey = tuple[bool, str]
 """(add_special_tokens, text): how the hasher's piece memo names a piece."""
@@ -100,23 +104,27 @@ LookupIds = Callable[[PieceKey], "tuple[int, ...] | None"]
 """The memoized ids of a known piece, if it is still memoized."""
 
 
+MARK_BYTES = ENTRY_BYTES + 120
+"""A mark itself: its int key, the Mark and its two ints."""
+
+
 def _hash(chunk: str, seed: int) -> int:
     return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass"), seed)
 
 
 class PieceReuse:
     def __init__(self, encode: Encode, step: int = 256, min_chars: int = 1024,
-                 max_marks: int = 200_000) -> None:
+                 max_marks: int = 200_000, max_bytes: int | None = 64 << 20) -> None:
         self._encode = encode
         self.step = step
         self.min_chars = min_chars
         self.max_marks = max_marks
-        self._marks: LRU[int, Mark] = LRU(max_marks)
+        self.marks: LRU[int, Mark] = LRU(max_marks, max_bytes)
         self.reuses = 0
         self.rejected = 0
 
     def __len__(self) -> int:
-        return len(self._marks)
+        return len(self.marks)
 
     # -- learning --------------------------------------------------------------------
 
@@ -126,13 +134,14 @@ class PieceReuse:
         if len(text) < self.min_chars:
             return
         seed = int(add_special)
+        size = MARK_BYTES + text_bytes(text) * self.step // len(text)
         for end in range(self.step, len(text) + 1, self.step):
             seed = _hash(text[end - self.step:end], seed)
             cut = self._clean_cut(text, end, encoding)
             # A reused piece's offsets cover only its new part: the marks of the
             # part it shares stay with the piece they were learned from.
             if cut is not None:
-                self._marks.put(seed, Mark(key, *cut))
+                self.marks.put(seed, Mark(key, *cut), size=size)
 
     def _clean_cut(self, text: str, end: int, encoding: Offsets) -> tuple[int, int] | None:
         """The last clean cut in ``[end - step, end - 2]``: (chars, tokens), or None."""
@@ -157,7 +166,7 @@ class PieceReuse:
         seed, mark = int(add_special), None
         for end in range(self.step, len(text) + 1, self.step):
             seed = _hash(text[end - self.step:end], seed)
-            found = self._marks.peek(seed)
+            found = self.marks.peek(seed)
             if found is None:
                 break
             mark = found

@@ -29,13 +29,18 @@ Memoization, so a warm prefix costs almost nothing:
 
 When the text still to tokenize is long, ``plan``/``finish`` let the caller
 run the tokenizing in a worker thread so the event loop never stalls. The
-result is always the whole prompt's blocks, exactly as a full render and
-tokenize gives them: a routing decision over fewer blocks would miss text a
-new piece shares with earlier ones (a message that grows).
+result is the prompt's blocks exactly as a full render and tokenize gives
+them, up to the routing bounds (``gateway.bounds``: at most
+``max_routed_messages`` messages, ``max_routed_chars`` characters of content
+and ``max_routed_tokens`` tokens are analysed; the rest is forwarded, not
+analysed). A request's own ``chat_template`` is never rendered: the model's
+template stands in for it. Every memo is bounded in entries (tokens, blocks)
+and in estimated bytes (``LimitSettings``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import deque
@@ -44,6 +49,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.tokenizer import Renderer, RenderError
+from gateway.bounds import (
+    ENTRY_BYTES,
+    RENDER_FAILURES,
+    ModelTemplate,
+    Unanalysed,
+    hashes_bytes,
+    ids_bytes,
+    routable_chat,
+    routable_ids,
+    text_bytes,
+)
+from gateway.config import LimitSettings
 from gateway.conversations import ConversationMemo, Keys, KnownTurn
 from gateway.piece_reuse import Mark, Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
@@ -91,7 +108,18 @@ class Plan:
     """Pieces tokenized from a known piece's tokens, for the sampled audit."""
     marks: dict[int, Mark] = field(default_factory=dict)
     """Per missing piece, the known piece it extends (``PieceReuse.find``)."""
+    max_units: int = 1 << 62
+    cut: bool = False
+    """Routing analyses only the leading part of this prompt (the routing bounds)."""
+    """Token-id units hashed at most (``max_routed_tokens``); the rest is not analysed."""
 
+
+OFFLOAD_CHARS = 8192
+"""Text still to tokenize above which the work goes to a worker thread."""
+
+UNBOUNDED = LimitSettings(max_routed_tokens=1 << 40, max_routed_chars=1 << 40,
+                          max_routed_messages=1 << 40)
+"""No routing bounds: ``token_ids`` gives the whole prompt (the linter has its own)."""
 
 REUSE_AUDIT_EVERY = 32
 """One piece tokenized from a known piece in this many is checked against a full
@@ -99,29 +127,52 @@ tokenization, off the request's path."""
 
 
 class PromptHasher:
-    def __init__(self, renderer: Renderer, piece_cache_tokens: int = 2_000_000,
-                 chain_cache_blocks: int = 1_000_000, turn_cache_blocks: int = 1_000_000,
+    def __init__(self, renderer: Renderer, limits: LimitSettings | None = None,
                  reuse_step: int = 256, reuse_min_chars: int = 1024) -> None:
-        self.renderer = renderer
-        self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(piece_cache_tokens)
+        self.renderer: Renderer = ModelTemplate(renderer)
+        self.limits = limits = limits if limits is not None else LimitSettings()
+        self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(
+            limits.piece_memo_tokens, limits.piece_memo_bytes)
         self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
-            chain_cache_blocks)
+            limits.chain_memo_blocks, limits.chain_memo_bytes)
         self._split = self._splitter()
         self.conversations: ConversationMemo | None = None
         if self._split is not None:
-            self.conversations = ConversationMemo(renderer.render_chat, self._split,
-                                                  LRU(turn_cache_blocks))
+            self.conversations = ConversationMemo(
+                renderer.render_chat, self._split,
+                LRU(limits.turn_memo_blocks, limits.turn_memo_bytes),
+                memo_entries=limits.template_memo_entries, memo_bytes=limits.template_memo_bytes)
         self._audits: deque[tuple[str, Mapping[str, Any], int, RouteRequest]] = deque(maxlen=16)
         self.reuse: PieceReuse | None = None
         self._special_prefix: tuple[int, ...] | None = None
         if renderer.encode_with_offsets("probe") is not None:
             self.reuse = PieceReuse(self._encode_plain, step=reuse_step,
-                                    min_chars=reuse_min_chars)
+                                    min_chars=reuse_min_chars, max_marks=limits.reuse_marks,
+                                    max_bytes=limits.reuse_marks_bytes)
             self._special_prefix = self._prefix_specials()
         self._to_learn: deque[tuple[PieceKey, Offsets]] = deque(maxlen=64)
         self._reuse_audits: deque[tuple[PieceKey, tuple[int, ...]]] = deque(maxlen=16)
         self.reused_pieces = 0
         self.reuse_audit_failures = 0
+        self.fallbacks: dict[str, int] = {}
+        """Requests routing did not analyse as sent, by reason (``gateway.bounds``)."""
+        self.truncated = 0
+        """Requests of which routing analysed only the leading part."""
+        self._tasks: set[asyncio.Future[int]] = set()
+
+    def memos(self) -> dict[str, LRU[Any, Any]]:
+        """Every memo this hasher keeps, by name (for ``prefixgate_memo_*``)."""
+        out: dict[str, LRU[Any, Any]] = {"pieces": self._pieces, "chain": self._chain}
+        if self.conversations is not None:
+            out["turns"] = self.conversations.turns
+            out["anchors"] = self.conversations.anchors
+            out["generation_prompts"] = self.conversations.generation
+        if self.reuse is not None:
+            out["reuse_marks"] = self.reuse.marks
+        return out
+
+    def fell_back(self, reason: str) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
     # -- set-up -------------------------------------------------------------------
 
@@ -155,46 +206,71 @@ class PromptHasher:
     # -- the two phases -------------------------------------------------------------
 
     def plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
-             incremental: bool = True) -> Plan | None:
-        """Render and look pieces up; None when the prompt cannot be rendered."""
-        seed = chain_seed(model, body.get("cache_salt"))
+             incremental: bool = True, limits: LimitSettings | None = None) -> Plan | None:
+        """Render and look pieces up; None when routing will not analyse the prompt
+        (it cannot be rendered, or is not what routing reads: ``gateway.bounds``).
+        ``limits`` replaces the hasher's routing bounds for this call."""
+        try:
+            plan = self._plan(model, body, kind, block_size, incremental,
+                              limits if limits is not None else self.limits)
+            if plan is not None and limits is not None:
+                plan.max_units = limits.max_routed_tokens * plan.units
+            return plan
+        except Unanalysed as exc:
+            self.fell_back(exc.reason)
+        except RENDER_FAILURES as exc:
+            log.debug("cannot render for routing: %s", exc)
+            self.fell_back("render")
+        return None
+
+    def _plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
+              incremental: bool, limits: LimitSettings) -> Plan | None:
+        seed = _seed(model, body)
         units = self.renderer.units_per_token
-        if kind == "chat" and incremental and self.conversations is not None:
+        if kind != "chat":
+            return self._plan_completion(model, seed, body, block_size, limits)
+        routable = routable_chat(body, limits.max_routed_chars, limits.max_routed_messages)
+        if routable.client_template:
+            self.fell_back("client_template")
+        body = routable.body
+        plan: Plan | None = None
+        if incremental and self.conversations is not None:
             keys = self.conversations.keys(model, body, block_size)
             if keys is not None:
-                return self._plan_conversation(model, seed, body, block_size * units, keys)
-        try:
-            if kind == "chat":
-                text, add_special = self.renderer.render_chat(body), False
-            else:
-                prompt = body.get("prompt")
-                if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
-                    prompt = prompt[0]  # a batch: route by its first prompt
-                if isinstance(prompt, list):
-                    return Plan(model, seed, block_size, [], [], [], 0,
-                                direct_ids=tuple(int(t) for t in prompt))  # real token ids
-                if not isinstance(prompt, str):
-                    return None
-                text, add_special = prompt, True
-        except (RenderError, TypeError, ValueError) as exc:
-            log.debug("cannot render for routing: %s", exc)
-            return None
-        return self._plan_text(model, seed, block_size * units, text, add_special)
+                plan = self._plan_conversation(model, seed, body, block_size * units, keys)
+        if plan is None:
+            plan = self._plan_text(model, seed, block_size * units,
+                                   self.renderer.render_chat(body), False)
+        plan.cut = routable.cut
+        return plan
+
+    def _plan_completion(self, model: str, seed: int, body: Mapping[str, Any],
+                         block_size: int, limits: LimitSettings) -> Plan | None:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
+            prompt = prompt[0]  # a batch: route by its first prompt
+        max_chars = limits.max_routed_chars
+        if isinstance(prompt, list):
+            ids = routable_ids(prompt, limits.max_routed_tokens)
+            return Plan(model, seed, block_size, [], [], [], 0, direct_ids=ids,
+                        cut=len(ids) < len(prompt))
+        if not isinstance(prompt, str):
+            raise Unanalysed("render")
+        plan = self._plan_text(model, seed, block_size * self.renderer.units_per_token,
+                               prompt[:max_chars], True)
+        plan.cut = len(prompt) > max_chars
+        return plan
 
     def _plan_conversation(self, model: str, seed: int, body: Mapping[str, Any],
                            block_size: int, keys: Keys) -> Plan | None:
         memo = self.conversations
         assert memo is not None
         delta = memo.delta(body, keys)
-        try:
-            if delta is None:
-                text = self.renderer.render_chat(body)
-                offset = memo.store_offset(body, keys, text)
-            else:
-                text, offset = delta.text, delta.store_offset
-        except RenderError as exc:
-            log.debug("cannot render for routing: %s", exc)
-            return None
+        if delta is None:
+            text = self.renderer.render_chat(body)
+            offset = memo.store_offset(body, keys, text)
+        else:
+            text, offset = delta.text, delta.store_offset
         plan = self._plan_text(model, seed, block_size, text, False)
         if offset is not None:
             plan.store_key, plan.store_offset = keys.prefixes[-1], offset
@@ -225,9 +301,10 @@ class PromptHasher:
                 if mark is not None:
                     marks[index] = mark
                 missing_chars += len(piece) - (mark.cut_chars if mark is not None else 0)
+        units = self.renderer.units_per_token
         return Plan(model, seed, block_size, pieces, ids, missing, missing_chars,
-                    add_special_tokens=add_special, units=self.renderer.units_per_token,
-                    marks=marks)
+                    add_special_tokens=add_special, units=units, marks=marks,
+                    max_units=self.limits.max_routed_tokens * units)
 
     def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
         """The CPU-heavy part; only reads shared state, so it may run in a thread."""
@@ -268,20 +345,26 @@ class PromptHasher:
                session_key: str | None = None, request_id: str = "") -> RouteRequest:
         for index, ids in zip(plan.missing, tokenized):
             plan.token_ids[index] = ids
-            self._pieces.put((plan.add_special_tokens, plan.pieces[index]), ids, len(ids) + 1)
+            piece = plan.pieces[index]
+            self._pieces.put((plan.add_special_tokens, piece), ids, len(ids) + 1,
+                             ENTRY_BYTES + text_bytes(piece) + ids_bytes(len(ids)))
         self._to_learn.extend(plan.learned)
         for reused in plan.reused:
             self.reused_pieces += 1
             if self.reused_pieces % REUSE_AUDIT_EVERY == 1:
                 self._reuse_audits.append(reused)
         if plan.direct_ids is not None:
+            self.truncated += plan.cut
             return RouteRequest(plan.model,
                                 tuple(extend(plan.seed, plan.direct_ids, plan.block_size)),
                                 len(plan.direct_ids),
                                 plan.block_size, session_key, request_id)
         hashes, total, turn = self._chain_pieces(plan, len(plan.pieces))
-        if turn is not None and self.conversations is not None:
-            self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1)
+        self.truncated += plan.cut
+        if turn is not None and self.conversations is not None and plan.store_key is not None:
+            self.conversations.turns.put(plan.store_key, turn, len(turn.hashes) + 1,
+                                         ENTRY_BYTES + hashes_bytes(len(turn.hashes))
+                                         + ids_bytes(len(turn.carry)))
         result = RouteRequest(plan.model, hashes, -(-total // plan.units),
                               plan.block_size // plan.units, session_key, request_id)
         if plan.audit is not None:
@@ -305,13 +388,21 @@ class PromptHasher:
             assert ids is not None
             if offset == plan.store_offset:
                 turn = KnownTurn(*state, before + tuple(hashes), total)
+            room = plan.max_units - total
+            if len(ids) > room:  # the routing bound: the rest is forwarded, not analysed
+                if room > 0:
+                    hashes.extend(self._advance(state, ids[:room], plan.block_size)[0])
+                plan.cut = True
+                return before + tuple(hashes), plan.max_units, None
             total += len(ids)
             offset += len(piece)
             key = (state, piece)
             memo = self._chain.get(key)
             if memo is None:
                 memo = self._advance(state, ids, plan.block_size)
-                self._chain.put(key, memo, len(memo[0]) + 1)
+                self._chain.put(key, memo, len(memo[0]) + 1,
+                                ENTRY_BYTES + text_bytes(piece) + hashes_bytes(len(memo[0]))
+                                + 2 * ids_bytes(len(memo[1][1])))
             new_hashes, state = memo
             hashes.extend(new_hashes)
         return before + tuple(hashes), total, turn
@@ -324,7 +415,33 @@ class PromptHasher:
         return bool(self._audits or self._to_learn or self._reuse_audits)
 
     def run_pending(self) -> int:
-        """Learn the long pieces just tokenized, and run the sampled audits."""
+        """Learn the long pieces just tokenized, and run the sampled audits (in this thread)."""
+        done = self._learn_pending()
+        while self._reuse_audits:
+            key, ids = self._reuse_audits.popleft()
+            self._check_reuse(key, ids, self._full_ids(key))
+            done += 1
+        return done + self.run_audits()
+
+    async def run_pending_async(self) -> int:
+        """``run_pending`` on the event loop, with every long tokenization in a worker
+        thread (an audit re-tokenizes a whole piece: up to ``max_routed_chars``)."""
+        done = self._learn_pending()
+        while self._reuse_audits:
+            key, ids = self._reuse_audits.popleft()
+            full = (await asyncio.to_thread(self._full_ids, key) if len(key[1]) > OFFLOAD_CHARS
+                    else self._full_ids(key))
+            self._check_reuse(key, ids, full)
+            done += 1
+        while self._audits:
+            audit = self._audits.popleft()
+            plan = self._audit_plan(*audit)
+            if plan is not None:
+                self._audit_result(audit[3], plan, await self.tokenize(plan))
+            done += 1
+        return done
+
+    def _learn_pending(self) -> int:
         reuse = self.reuse
         done = 0
         while self._to_learn:
@@ -332,43 +449,89 @@ class PromptHasher:
             if reuse is not None:
                 reuse.learn(key, offsets)
             done += 1
-        while self._reuse_audits:
-            (add_special, text), ids = self._reuse_audits.popleft()
-            done += 1
-            full = tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
-            if full != ids and self.reuse is not None:
-                self.reuse = None
-                self.reuse_audit_failures += 1
-                log.warning("tokenizer %s: a piece tokenized from a known piece's tokens "
-                            "differs from a full tokenization (%d vs %d tokens); piece reuse "
-                            "is off for this model", self.renderer.name, len(ids), len(full))
-        return done + self.run_audits()
+        return done
+
+    def _full_ids(self, key: PieceKey) -> tuple[int, ...]:
+        add_special, text = key
+        return tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
+
+    def _check_reuse(self, key: PieceKey, ids: tuple[int, ...], full: tuple[int, ...]) -> None:
+        if full != ids and self.reuse is not None:
+            self.reuse = None
+            self.reuse_audit_failures += 1
+            log.warning("tokenizer %s: a piece tokenized from a known piece's tokens "
+                        "differs from a full tokenization (%d vs %d tokens); piece reuse "
+                        "is off for this model", self.renderer.name, len(ids), len(full))
 
     def run_audits(self) -> int:
         """Re-derive sampled incremental results from a full render; returns how many ran.
 
-        Off the request's path: the gateway schedules it on the event loop (call_soon)
-        once the request that sampled it has been described; a full render of 1 in 64.
+        Off the request's path: the gateway runs it (``run_pending_async``) once the
+        request that sampled it has been described; a full render of 1 in 64.
         """
-        memo = self.conversations
         done = 0
         while self._audits:
-            model, body, block_size, result = self._audits.popleft()
+            audit = self._audits.popleft()
+            plan = self._audit_plan(*audit)
+            if plan is not None:
+                self._audit_result(audit[3], plan, self.tokenize_missing(plan))
             done += 1
-            if memo is None or not memo.enabled:
-                continue
-            try:
-                text = self.renderer.render_chat(body)
-            except RenderError as exc:
-                memo.audit_failed(f"full render failed: {exc}")
-                continue
-            plan = self._plan_text(model, chain_seed(model, body.get("cache_salt")),
-                                   block_size, text, False)
-            full = self.finish(plan, self.tokenize_missing(plan))
-            if (full.block_hashes, full.prompt_tokens) != (result.block_hashes,
-                                                           result.prompt_tokens):
-                memo.audit_failed(f"{result.prompt_tokens} vs {full.prompt_tokens} tokens")
         return done
+
+    def _audit_plan(self, model: str, body: Mapping[str, Any], block_size: int,
+                    result: RouteRequest) -> Plan | None:
+        memo = self.conversations
+        if memo is None or not memo.enabled:
+            return None
+        try:
+            text = self.renderer.render_chat(body)
+        except RENDER_FAILURES as exc:
+            memo.audit_failed(f"full render failed: {type(exc).__name__}")
+            return None
+        return self._plan_text(model, _seed(model, body), block_size, text, False)
+
+    def _audit_result(self, result: RouteRequest, plan: Plan,
+                      tokenized: Sequence[tuple[int, ...]]) -> None:
+        full = self.finish(plan, tokenized)
+        memo = self.conversations
+        if memo is not None and (full.block_hashes, full.prompt_tokens) != (
+                result.block_hashes, result.prompt_tokens):
+            memo.audit_failed(f"{result.prompt_tokens} vs {full.prompt_tokens} tokens")
+
+    async def tokenize(self, plan: Plan) -> list[tuple[int, ...]]:
+        """``tokenize_missing``, in a worker thread when what is left to tokenize is long
+        (the tokenizer releases the GIL on long texts, so the loop runs meanwhile)."""
+        if plan.missing_chars > OFFLOAD_CHARS:
+            return await asyncio.to_thread(self.tokenize_missing, plan)
+        return self.tokenize_missing(plan)
+
+    async def analyse(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
+                      session_key: str | None = None, request_id: str = "") -> RouteRequest:
+        """What routing knows of a request: both phases, the long tokenizing in a worker
+        thread, learning and audits scheduled after it. Never raises: routing is an
+        optimisation, and a request it cannot analyse is routed by load (counted,
+        ``reason="error"``) and answered by the replica."""
+        empty = RouteRequest(model, (), 0, block_size, session_key, request_id)
+        try:
+            plan = self.plan(model, body, kind, block_size)
+            if plan is None:
+                return empty
+            request = self.finish(plan, await self.tokenize(plan), session_key, request_id)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.warning("routing could not analyse a request (%s); routed by load",
+                        type(exc).__name__)
+            self.fell_back("error")
+            return empty
+        if self.work_pending:
+            task = asyncio.ensure_future(self.run_pending_async())
+            self._tasks.add(task)
+            task.add_done_callback(self._pending_done)
+        return request
+
+    def _pending_done(self, task: asyncio.Future[int]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("prompt memo upkeep failed (%s)", type(task.exception()).__name__)
 
     @staticmethod
     def _advance(state: ChainState, ids: tuple[int, ...],
@@ -389,7 +552,7 @@ class PromptHasher:
 
     def token_ids(self, model: str, body: Mapping[str, Any], kind: str) -> list[int]:
         """The full prompt token ids (for tests and the linter)."""
-        plan = self.plan(model, body, kind, 1 << 30, incremental=False)
+        plan = self.plan(model, body, kind, 1 << 30, incremental=False, limits=UNBOUNDED)
         if plan is None:
             raise RenderError("request cannot be rendered")
         if plan.direct_ids is not None:
@@ -399,3 +562,8 @@ class PromptHasher:
         for ids in plan.token_ids:
             out.extend(ids if ids is not None else next(tokenized))
         return out
+
+
+def _seed(model: str, body: Mapping[str, Any]) -> int:
+    salt = body.get("cache_salt")
+    return chain_seed(model, salt if isinstance(salt, str) else None)

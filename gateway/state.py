@@ -28,10 +28,6 @@ from .routing import Router
 
 T = TypeVar("T")
 
-OFFLOAD_CHARS = 8192
-"""Text still to tokenize above which the work goes to a worker thread."""
-
-
 async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
     """``work()``, begun one turn of the event loop late.
 
@@ -82,19 +78,8 @@ class GatewayState:
         block_size = self.router.block_size(model)
         if not self.router.policy.uses_prefix or exchange.prompt is None:
             return RouteRequest(model, (), 0, block_size, session_key, request_id)
-        hasher = self.hashers.get(model)
-        plan = hasher.plan(model, body, kind, block_size)
-        if plan is None:
-            return RouteRequest(model, (), 0, block_size, session_key, request_id)
-        if plan.missing_chars > OFFLOAD_CHARS:
-            tokenized = await asyncio.to_thread(hasher.tokenize_missing, plan)
-        else:
-            tokenized = hasher.tokenize_missing(plan)
-        request = hasher.finish(plan, tokenized, session_key, request_id)
-        if hasher.work_pending:
-            # Learning and audits, after the request has left.
-            asyncio.get_running_loop().call_soon(hasher.run_pending)
-        return request
+        return await self.hashers.get(model).analyse(model, body, kind, block_size,
+                                                     session_key, request_id)
 
     def observe_lint(self, exchange: Exchange) -> None:
         """Lint a chat request's stable prefix once the request has left (never awaited)."""

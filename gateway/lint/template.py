@@ -6,8 +6,10 @@ midnight, whatever the app sends. Two steps:
 
 1. The template source (``tokenizer_config.json``'s ``chat_template``,
    ``chat_template.jinja`` or ``chat_template.json`` in the tokenizer folder,
-   or the request's own ``chat_template``) is checked for a clock
-   (``strftime_now``). Templates without one cost nothing more.
+   is checked for a clock (``strftime_now``). Templates without one cost
+   nothing more. A request's own ``chat_template`` is never rendered: it is
+   code the client wrote, and unbounded work (the gateway routes and lints
+   such a request with the model's template, ``gateway.bounds``).
 2. The request is rendered twice in a sandbox that mirrors the one
    transformers renders in, with two different injected "now"s. Where the
    two renderings differ is the injected span; the real rendering shares the
@@ -28,6 +30,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.tokenizer import RenderError, conversation
+from policies.lru import LRU
 
 from .textdiff import common_prefix, common_suffix
 
@@ -76,24 +79,35 @@ def _token_text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-class ClockProbe:
-    """Renders a template in a sandbox with a fake clock."""
+COMPILED_BYTES_PER_CHAR = 16
+"""A compiled Jinja template's memory per character of its source (measured: ~15 KB for
+a 1 KB template, with the fixed part below)."""
+COMPILED_BYTES = 8192
 
-    def __init__(self) -> None:
+
+class ClockProbe:
+    """Renders a model's template in a sandbox with a fake clock.
+
+    The compiled templates are kept in an LRU bounded in entries and estimated
+    bytes (``prefixgate_memo_*{memo="compiled_templates"}``).
+    """
+
+    def __init__(self, max_templates: int = 64, max_bytes: int = 32 << 20) -> None:
         self._env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                                   extensions=[jinja2.ext.loopcontrols])
         self._env.filters["tojson"] = _tojson
         self._env.globals["raise_exception"] = _raise
-        self._compiled: dict[str, jinja2.Template] = {}
+        self.compiled: LRU[str, jinja2.Template] = LRU(max_templates, max_bytes)
 
     def render(self, source: TemplateSource, body: Mapping[str, Any], now: dt.datetime) -> str:
-        text = body.get("chat_template") or source.text
+        text = source.text
         if not isinstance(text, str):
             raise RenderError("no chat template")
-        template = self._compiled.get(text)
+        template = self.compiled.get(text)
         if template is None:
             template = self._env.from_string(text)
-            self._compiled[text] = template
+            self.compiled.put(text, template,
+                              size=COMPILED_BYTES + COMPILED_BYTES_PER_CHAR * len(text))
         continue_final = bool(body.get("continue_final_message", False))
         kwargs = dict(body.get("chat_template_kwargs") or {})
         return template.render(
@@ -103,13 +117,11 @@ class ClockProbe:
             strftime_now=lambda fmt: now.strftime(fmt), **kwargs)
 
     def fills_clock(self, source: TemplateSource, body: Mapping[str, Any]) -> bool:
-        """Whether the template writes the time for requests shaped like ``body``
-        (its own ``chat_template`` and ``chat_template_kwargs``), on a tiny probe."""
-        if not (source.uses_clock or any(m in str(body.get("chat_template") or "")
-                                         for m in CLOCK_MARKERS)):
+        """Whether the model's template writes the time for requests shaped like ``body``
+        (its ``chat_template_kwargs``), on a tiny probe."""
+        if not source.uses_clock:
             return False
         probe = {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
-                 "chat_template": body.get("chat_template"),
                  "chat_template_kwargs": body.get("chat_template_kwargs")}
         try:
             first, second = (self.render(source, probe, now) for now in PROBE_NOWS)
@@ -120,8 +132,7 @@ class ClockProbe:
     def injected_span(self, source: TemplateSource, body: Mapping[str, Any],
                       rendered: str) -> tuple[int, int] | None:
         """The span of ``rendered`` that the template fills from the clock, if any."""
-        if not (source.uses_clock or any(m in str(body.get("chat_template") or "")
-                                         for m in CLOCK_MARKERS)):
+        if not source.uses_clock or body.get("chat_template") is not None:
             return None
         try:
             first, second = (self.render(source, body, now) for now in PROBE_NOWS)
