@@ -4,7 +4,9 @@ Contender names are ``kind:variant``:
 
 * ``prefixgate:<policy>[?option=value&...]``: ``python -m gateway.cli serve --config FILE`` with
   the replicas, the model and its tokenizer (the one the sims use) and that
-  policy; ``prefixgate:default`` leaves the policy unset. ``precise`` also
+  policy; ``prefixgate:default`` leaves the policy unset. Options are the
+  policy's; ``@setting=value`` sets a gateway setting (``@lint={enabled: false}``)
+  and ``@tree=DIR`` runs another checkout (see :func:`variant_options`). ``precise`` also
   needs each replica's KV-event endpoints in the replica settings
   (``kv_events: {endpoint, replay_endpoint, topic}``); when the gateway's
   settings have no such key, or the sims publish no events, the contender is
@@ -147,10 +149,13 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
     policy, _, query = spec.variant.partition("?")
     if policy != "default":
         settings["policy"] = policy
-    if query:  # e.g. prefix?scorer=threshold&running_request_seconds=0.002
-        settings["policy_options"] = {
-            key: yaml.safe_load(value)
-            for key, _, value in (item.partition("=") for item in query.split("&"))}
+    options, gateway_settings, tree = variant_options(query)
+    if options:
+        settings["policy_options"] = options
+    settings.update(gateway_settings)
+    env = {"HF_HUB_OFFLINE": "1"}
+    if tree is not None:  # another checkout of prefixgate, e.g. the commit before a change
+        env["PYTHONPATH"] = tree
     urls = []
     for index in range(instances):
         port = free_port()
@@ -161,8 +166,29 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
         urls.append(f"http://127.0.0.1:{port}")
         group.start(Service(stem, [sys.executable, "-m", "gateway.cli", "serve", "--config",
                                    str(config)], urls[-1] + "/ready", log_dir / f"{stem}.log",
-                            env={"HF_HUB_OFFLINE": "1"}), timeout=120.0)
+                            env=env, cwd=tree), timeout=120.0)
     return ",".join(urls)
+
+
+def variant_options(query: str) -> tuple[dict[str, object], dict[str, object], str | None]:
+    """A prefixgate variant's ``?`` part: policy options, gateway settings, another tree.
+
+    ``prefix?scorer=threshold&running_request_seconds=0.002`` sets policy options;
+    a key starting with ``@`` sets a gateway setting instead (``@lint={enabled: false}``,
+    values in YAML); ``@tree=DIR`` runs the gateway from another checkout of prefixgate
+    (the commit before a change, side by side with this one).
+    """
+    options: dict[str, object] = {}
+    settings: dict[str, object] = {}
+    tree: str | None = None
+    for key, _, value in (item.partition("=") for item in query.split("&") if item):
+        if key == "@tree":
+            tree = str(Path(value).resolve())
+        elif key.startswith("@"):
+            settings[key[1:]] = yaml.safe_load(value)
+        else:
+            options[key] = yaml.safe_load(value)
+    return options, settings, tree
 
 
 def kv_event_args(replicas: Sequence[SimReplica], model: str) -> list[str]:
