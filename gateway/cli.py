@@ -18,8 +18,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import uvicorn
-
 from engine.sim.cli import main as sim_main
 
 from .app import create_app
@@ -30,6 +28,7 @@ from .kv_plan_cli import main as plan_main
 from .kv_quality_cli import main as kv_quality_main
 from .lint_cli import main as lint_main
 from .profiles_cli import main as profiles_main
+from .server import serve_app
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -140,11 +139,11 @@ def serve(argv: Sequence[str]) -> int:
             return 2
         print(f"prefixgate: serving on http://{settings.host}:{settings.port}/v1 "
               f"({len(settings.replicas)} replica(s), policy {settings.policy_name()})", flush=True)
-        # uvicorn re-raises SIGTERM/SIGINT once it has shut down; turning that
-        # into SystemExit lets the ExitStack stop the embedded replicas.
+        # A SIGTERM before the server runs exits through the ExitStack (which
+        # stops the embedded replicas); once it runs, the server drains on it
+        # and returns (gateway.server).
         signal.signal(signal.SIGTERM, _exit_on_signal)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                    access_log=False, loop="auto", http="auto", timeout_graceful_shutdown=5)
+        serve_app(app, settings)
     return 0
 
 

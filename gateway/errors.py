@@ -23,6 +23,8 @@ import logging
 
 from fastapi import FastAPI, Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
 
 from .jsonresp import JSONResponse
 
@@ -139,6 +141,12 @@ def install(app: FastAPI) -> None:
             error_body(500, "internal gateway error", "InternalServerError"), status_code=500
         )
 
+    async def on_client_gone(request: Request, exc: Exception) -> Response:
+        # The client left while its body was read (or the server cut a slow body
+        # with a 408): nobody is there to answer, and it is no gateway fault.
+        return Response(status_code=499)
+
     app.add_exception_handler(GatewayError, on_gateway_error)
     app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)
     app.add_exception_handler(Exception, on_unexpected)

@@ -109,9 +109,13 @@ class Exchange:
 
     @property
     def target(self) -> str:
-        """Where the replica gets the request: the client's path and query string."""
-        url = self.client.url
-        return f"{url.path}?{url.query}" if url.query else url.path
+        """Where the replica gets the request: the client's path (as sent, percent-escapes
+        kept) and query string."""
+        scope = self.client.scope
+        raw = scope.get("raw_path")
+        path = raw.decode("latin-1") if raw else scope["path"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        return f"{path}?{query}" if query else path
 
     @property
     def method(self) -> str:

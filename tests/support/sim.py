@@ -10,6 +10,7 @@ log file whose tail is shown when start-up fails.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,7 +112,17 @@ class SimProcess:
             process.kill()
             process.wait()
 
+    def pause(self) -> None:
+        """Stop answering (SIGSTOP), like a hung replica: connections are still accepted."""
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGCONT)
+
     def close(self) -> None:
+        self.resume()
         self.stop()
         self.log_path.unlink(missing_ok=True)
 

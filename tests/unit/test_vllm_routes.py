@@ -279,3 +279,12 @@ async def test_an_unknown_path_is_an_openai_shaped_404() -> None:
         response = await client.post("/v1/nothing-here", json={})
     error_of(response, 404)
     assert replica.routed() == []
+
+
+async def test_the_path_goes_on_as_the_client_escaped_it() -> None:
+    replica = Replica("a")
+    replica.stored.add("resp 1")
+    async with gateway([replica]) as client:
+        response = await client.get("/v1/responses/resp%201?starting_after=2")
+    assert response.status_code == 200
+    assert replica.routed()[-1].path == "/v1/responses/resp%201?starting_after=2"

@@ -1,0 +1,185 @@
+"""The HTTP server: uvicorn with deadlines for slow clients, and the drain on SIGTERM.
+
+uvicorn bounds idle keep-alive connections (``timeout_keep_alive``) and the
+number of connections (``limit_concurrency``: a 503 above it), but not how
+long a client may take to send its request. :class:`GuardedHttpTools` (its
+httptools protocol) adds, per connection:
+
+    header deadline   ``server.header_timeout`` (10 s) from the connection, or
+                      from the first byte after an answer, until the headers are
+                      complete: partial headers, 1 byte/s trickles, a connection
+                      that sends only CRLFs or nothing at all get a 408 and are
+                      closed
+    header size       headers over ``MAX_HEADER_BYTES`` get a 431 and are closed
+    body deadline     ``server.body_timeout`` (30 s) from the end of the headers to
+                      the end of the body: a ``Content-Length`` larger than what
+                      is sent, or a trickled body, gets a 408 and is closed
+
+and the parser's own 400 (a malformed request) is OpenAI-shaped JSON, as are
+the 408s. With the keep-alive timeout (``server.keep_alive``, 5 s) and the
+connection limit (``server.max_connections``, 4096) a slowloris holds at most
+that many sockets for at most a header deadline each.
+
+:class:`GatewayServer` takes SIGTERM/SIGINT itself: the first starts the drain
+(``gateway.drain``; ``/ready`` 503 at once, new routed requests 503, streams
+cut with an error event after ``drain_seconds``), then lets uvicorn stop, and
+the process exits 0. A second signal stops at once (uvicorn's own shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from types import FrameType
+from typing import Any
+
+import orjson
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .config import ServerSettings, Settings
+from .drain import Drain
+from .errors import error_body
+
+log = logging.getLogger("prefixgate.server")
+
+MAX_HEADER_BYTES = 64 * 1024
+"""Request line and headers together (vLLM's and nginx's defaults are of this order)."""
+
+GRACEFUL_SHUTDOWN = 5.0
+"""Seconds uvicorn waits for connections once the drain is over (streams have ended)."""
+
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout",
+            431: b"Request Header Fields Too Large"}
+
+
+def error_response(status: int, message: str) -> bytes:
+    """A whole HTTP/1.1 response with an OpenAI-shaped error, closing the connection."""
+    body = orjson.dumps(error_body(status, message, "BadRequestError",
+                                   code="request_timeout" if status == 408 else None))
+    head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body)))
+    return head + body
+
+
+class GuardedHttpTools(HttpToolsProtocol):
+    """uvicorn's httptools protocol with header and body deadlines (see the module)."""
+
+    limits: ServerSettings = ServerSettings()
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._header_bytes = 0
+        self._arm(self.limits.header_timeout, "the request headers did not arrive in time")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        idle = self.cycle is None or self.cycle.response_complete
+        if idle and self._deadline is None:  # the next request on a kept-alive connection
+            self._header_bytes = 0
+            self._arm(self.limits.header_timeout, "the request headers did not arrive in time")
+        reading_headers = idle and self._in_headers()
+        super().data_received(data)
+        if reading_headers and self._in_headers():
+            self._header_bytes += len(data)
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self._refuse(431, f"the request headers are over {MAX_HEADER_BYTES} bytes")
+
+    def _in_headers(self) -> bool:
+        return self._deadline is not None and self._deadline_kind == "headers"
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+        self._arm(self.limits.body_timeout, "the request body did not arrive in time",
+                  kind="body")
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(error_response(400, f"malformed HTTP request: {msg}"))
+            self.transport.close()
+
+    # -- deadlines -------------------------------------------------------------
+
+    def _arm(self, seconds: float, message: str, kind: str = "headers") -> None:
+        self._disarm()
+        self._deadline_kind = kind
+        self._deadline = self.loop.call_later(seconds, self._refuse, 408, message)
+
+    def _disarm(self) -> None:
+        if getattr(self, "_deadline", None) is not None:
+            assert self._deadline is not None
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer ``status`` (unless an answer has started) and close the connection."""
+        self._disarm()
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+            self.transport.write(error_response(status, message))
+        if self.cycle is not None and not self.cycle.response_complete:
+            # The app reading the body hears a disconnect; its answer, if any, is dropped.
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.close()
+
+
+def protocol_class(limits: ServerSettings) -> type[GuardedHttpTools]:
+    return type("GuardedHttpToolsProtocol", (GuardedHttpTools,), {"limits": limits})
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server, whose first SIGTERM/SIGINT drains before it stops."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._loop is None or self._drain_task is not None or self.should_exit:
+            super().handle_exit(sig, frame)  # not serving yet, or a second signal
+            return
+        self._loop.call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        if self._drain_task is None:
+            self._drain_task = asyncio.ensure_future(self._drain_then_stop())
+
+    async def _drain_then_stop(self) -> None:
+        try:
+            await self.drain.run()
+        finally:
+            self.should_exit = True
+
+
+def server_config(app: Any, settings: Settings) -> uvicorn.Config:
+    limits = settings.server
+    return uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+        loop="auto", http=protocol_class(limits), timeout_keep_alive=limits.keep_alive,
+        limit_concurrency=limits.max_connections,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
+
+
+def serve_app(app: Any, settings: Settings) -> None:
+    """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain."""
+    drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)
+    GatewayServer(server_config(app, settings), drain).run()
