@@ -27,6 +27,7 @@ from policies.registry import default_registry
 from . import errors
 from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
+from .auth_shared import sharing
 from .config import Settings
 from .drain import Drain
 from .fleet_metrics import fleet_collectors
@@ -125,7 +126,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
                 return transport(replica_id) if transport else None
 
             async with _serving(app, live, transports), \
-                    watching(keys, settings.api_keys_reload_seconds):
+                    watching(keys, settings.api_keys_reload_seconds), \
+                    sharing(keys, settings.redis_url, settings.redis_key_prefix):
                 yield
 
     @contextlib.asynccontextmanager

@@ -39,8 +39,9 @@ How a request is admitted (:class:`AuthMiddleware`, one ASGI middleware):
 
 Every 429 but the last carries ``Retry-After`` (seconds until the bucket
 holds enough, or ``retry_after_seconds`` for concurrency). Counters are
-local to each gateway instance: with N instances behind a balancer a key
-gets up to N times its limits.
+each gateway instance's own (with N instances behind a balancer a key gets
+up to N times its limits) unless ``redis_url`` is set: then the instances
+share them through Redis, approximately (``gateway.auth_shared``).
 
 Tenants: a request admitted with a key belongs to that key's tenant. It is
 forwarded with a ``cache_salt`` derived from the tenant (:func:`tenant_salt`,
@@ -227,6 +228,18 @@ class KeyUsage:
     requests: Bucket | None = None
     tokens: Bucket | None = None
     in_flight: int = 0
+    remote_in_flight: int = 0
+    """This key's requests in flight on other instances (``gateway.auth_shared``)."""
+    unshared_requests: float = 0.0
+    unshared_tokens: float = 0.0
+    """What this instance took since it last told the others (``gateway.auth_shared``)."""
+
+    def debit(self, requests: float, tokens: float, now: float) -> None:
+        """What other instances took (negative: gave back) comes off these buckets."""
+        if self.requests is not None:
+            self.requests.give(-requests, now)
+        if self.tokens is not None:
+            self.tokens.give(-tokens, now)
 
     def fit(self, limits: Limits, now: float) -> None:
         """Make the buckets match ``limits`` (a reload may have changed them)."""
@@ -341,6 +354,7 @@ class Grant:
                               f"(this request is estimated at {estimate})",
                               headers=_retry_after(wait))
         self.charged, self.measure = estimate, measure
+        self.usage.unshared_tokens += estimate
 
     def release(self) -> None:
         """The request is answered: free its concurrency slot, settle its tokens."""
@@ -351,6 +365,7 @@ class Grant:
         used = self.measure() if self.measure is not None else None
         if used is not None and self.usage.tokens is not None:
             self.usage.tokens.give(self.charged - used, self.store.clock())
+            self.usage.unshared_tokens -= self.charged - used
 
 
 def estimate_tokens(data: Mapping[str, Any], body_bytes: int) -> int:
@@ -449,13 +464,18 @@ class KeyStore:
             raise Unauthenticated("Incorrect API key provided.")
         return principal
 
+    def usages(self) -> list[tuple[Principal, KeyUsage]]:
+        """Each loaded key this instance has admitted requests for, with its counters."""
+        return [(self._keys[digest], usage) for digest, usage in self._usage.items()
+                if digest in self._keys]
+
     def admit(self, principal: Principal) -> Grant:
         """Take a concurrency slot and a request from ``principal``'s limits, or raise 429."""
         now = self.clock()
         usage = self._usage.setdefault(principal.digest, KeyUsage())
         usage.fit(principal.limits, now)
         limit = principal.limits.max_concurrency
-        if limit is not None and usage.in_flight >= limit:
+        if limit is not None and usage.in_flight + usage.remote_in_flight >= limit:
             self.metrics.rejections.labels("max_concurrency").inc()
             raise RateLimited(f"rate limit reached: {limit} concurrent requests for this key",
                               headers=_retry_after(self.retry_after))
@@ -465,6 +485,7 @@ class KeyStore:
                 self.metrics.rejections.labels("requests_per_minute").inc()
                 raise RateLimited(f"rate limit reached: {usage.requests.capacity} requests "
                                   "per minute", headers=_retry_after(wait))
+            usage.unshared_requests += 1
         usage.in_flight += 1
         return Grant(principal, usage, self)
 
