@@ -28,6 +28,7 @@ from . import errors
 from .api import build_router
 from .auth import AuthMiddleware, load_store, watching
 from .auth_shared import sharing
+from .breaker_metrics import BreakerCollector
 from .config import Settings
 from .drain import Drain
 from .fleet_metrics import fleet_collectors
@@ -142,7 +143,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer,
                             limits=settings.limits)
         fleet = fleet_of(settings, pool, policy)
-        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
+        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers), BreakerCollector(pool),
                                               MemoCollector(hashers, lambda: {
                                                   "compiled_templates": lint.probe.compiled}),
                                               *(keys.metrics.collectors() if keys else []),

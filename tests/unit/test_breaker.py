@@ -3,8 +3,6 @@ that drives them (replicas faked with httpx.MockTransport, the pool's clock inje
 
 from __future__ import annotations
 
-import httpx
-
 from engine.backend import Timeouts
 from engine.breaker import (
     BreakerSettings,
@@ -16,6 +14,7 @@ from engine.breaker import (
 )
 from engine.httpx_backend import HttpxBackend
 from engine.pool import ReplicaPool, ReplicaSpec
+from gateway.breaker_metrics import BreakerCollector
 from tests.unit.fake_replica import FakeReplica
 
 COOLDOWN = 5.0
@@ -224,4 +223,25 @@ async def test_pool_failed_probes_open_after_the_threshold() -> None:
     assert pool.get("a").healthy
     await pool.probe(pool.get("a"))
     assert not pool.get("a").healthy and pool.tripped("a")
+    await pool.aclose()
+
+
+async def test_breaker_states_are_on_metrics() -> None:
+    clock = Clock()
+    pool = pool_of([FakeReplica("a"), FakeReplica("b")], clock)
+    for replica in pool:
+        await pool.probe(replica)
+    pool.report_failure("b", "connection refused")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in BreakerCollector(pool).collect() for s in family.samples}
+
+    def state(replica: str, name: str) -> float:
+        return samples[("prefixgate_replica_breaker_state",
+                        (("replica", replica), ("state", name)))]
+
+    assert state("a", "closed") == 1 and state("a", "open") == 0
+    assert state("b", "open") == 1 and state("b", "closed") == 0
+    assert samples[("prefixgate_replica_breaker_open_reason",
+                    (("reason", "failing"), ("replica", "b")))] == 1
+    assert samples[("prefixgate_replica_breaker_opened_total", (("replica", "b"),))] == 1
     await pool.aclose()
