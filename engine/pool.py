@@ -68,6 +68,8 @@ class ReplicaSpec:
     kind: str = "remote"
     block_size: int | None = None
     """KV block size; read from the replica's metrics when not given."""
+    planned_blocks: int = 0
+    """KV blocks to assume while the replica's metrics publish no capacity (0: unknown)."""
 
 
 @dataclass(slots=True)
@@ -105,6 +107,17 @@ class Replica:
     def block_size(self, default: int) -> int:
         return self.spec.block_size or self.metrics.block_size or default
 
+    @property
+    def capacity_blocks(self) -> int:
+        """KV blocks the replica holds: as it publishes them, else as planned, else 0."""
+        return self.metrics.num_gpu_blocks or self.spec.planned_blocks
+
+    @property
+    def capacity_source(self) -> str | None:
+        if self.metrics.num_gpu_blocks:
+            return "replica"
+        return "plan" if self.spec.planned_blocks else None
+
     def view(self, default_block_size: int, now: float | None = None) -> ReplicaView:
         return ReplicaView(
             id=self.spec.id,
@@ -114,7 +127,7 @@ class Replica:
             waiting=self.metrics.waiting,
             kv_usage=self.metrics.kv_usage,
             block_size=self.block_size(default_block_size),
-            block_capacity=self.metrics.num_gpu_blocks or 0,
+            block_capacity=self.capacity_blocks,
         )
 
 

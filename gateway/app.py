@@ -35,6 +35,7 @@ from .fleet_metrics import fleet_collectors
 from .fleet_sync import fleet_of
 from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
+from .kv_capacity import planned_blocks
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
 from .lint.suggest import SUGGESTIONS
@@ -64,7 +65,8 @@ def build_backends(settings: Settings,
     out: list[tuple[ReplicaSpec, Backend]] = []
     for replica_id, cfg in zip(settings.replica_ids(), settings.replicas):
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
-                           block_size=cfg.block_size)
+                           block_size=cfg.block_size,
+                           planned_blocks=planned_blocks(cfg.capacity) if cfg.capacity else 0)
         out.append((spec, make_backend(spec, timeouts, cfg.api_key, transport)))
     return out
 

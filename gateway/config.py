@@ -148,6 +148,22 @@ class VllmSettings(Strict):
         return args + list(self.extra_args)
 
 
+class CapacitySettings(Strict):
+    """A replica's KV capacity from ``prefixgate plan``'s arithmetic (``gateway.kv_plan``),
+    for a replica that publishes none (no ``num_gpu_blocks`` in ``vllm:cache_config_info``).
+    What the replica publishes always wins."""
+
+    config: str
+    """The model's ``config.json``, or the folder holding it."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    kv_cache_dtype: str = "auto"
+    weight_dtype: str = "auto"
+    gpu_memory_gb: float = Field(80.0, gt=0)
+    gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    max_model_len: int | None = Field(None, gt=0)
+    block_size: int = Field(16, gt=0)
+
+
 class ReplicaSettings(Strict):
     url: str = "http://inprocess"
     """Base URL of a remote replica (not used by an in-process one)."""
@@ -158,6 +174,8 @@ class ReplicaSettings(Strict):
     block_size: int | None = Field(None, gt=0)
     api_key: str | None = None
     kv_events: KVEventSettings | None = None
+    capacity: CapacitySettings | None = None
+    """KV capacity to assume while the replica publishes none (see ``CapacitySettings``)."""
 
     @field_validator("url")
     @classmethod

@@ -265,8 +265,7 @@ class OpsStats:
             track.samples.append((now, track.totals))
             while len(track.samples) > self._points:
                 track.samples.popleft()
-            at, baseline = self._baseline(track, now)
-            window = track.totals.minus(baseline)
+            window = track.totals.minus(self._baseline(track, now)[1])
             req_rate = tok_rate = 0.0
             if previous is not None and now > previous[0]:
                 step = track.totals.minus(previous[1])

@@ -122,7 +122,7 @@ class OpsView:
                  tokenizers: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
         m = replica.metrics
         block_size = replica.block_size(self.pool.default_block_size)
-        capacity = m.num_gpu_blocks
+        capacity = replica.capacity_blocks or None
         models = list(replica.models)
         return {
             "id": replica.id,
@@ -140,6 +140,7 @@ class OpsView:
             "block_size": block_size,
             "capacity_blocks": capacity,
             "capacity_tokens": capacity * block_size if capacity is not None else None,
+            "capacity_source": replica.capacity_source,
             "kv_cache_dtype": m.kv_cache_dtype,
             "indexed_blocks": self.policy.indexed_blocks(replica.id),
             **_rates(stats.window, "1m"),

@@ -22,6 +22,8 @@ class FakeReplica:
     chunks: int = 3
     break_stream_after: int | None = None
     status: int = 200
+    publishes_capacity: bool = True
+    """Whether its metrics carry ``vllm:cache_config_info`` (block size, capacity, dtype)."""
     requests: list[dict] = field(default_factory=list)
     headers_seen: list[dict] = field(default_factory=list)
 
@@ -36,9 +38,10 @@ class FakeReplica:
             return httpx.Response(200)
         if path == "/metrics":
             text = (f'vllm:num_requests_running{{engine="0",model_name="{self.model}"}} '
-                    f'{self.running}.0\n'
-                    'vllm:cache_config_info{block_size="32",cache_dtype="fp8",'
-                    'num_gpu_blocks="1000"} 1.0\n')
+                    f'{self.running}.0\n')
+            if self.publishes_capacity:
+                text += ('vllm:cache_config_info{block_size="32",cache_dtype="fp8",'
+                         'num_gpu_blocks="1000"} 1.0\n')
             return httpx.Response(200, text=text)
         if path == "/v1/models":
             return httpx.Response(200, json={"object": "list", "data": [{"id": self.model}]})

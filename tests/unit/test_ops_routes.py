@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.app import create_app
-from gateway.config import load_settings
+from gateway.config import CapacitySettings, ConfigError, load_settings
+from gateway.kv_capacity import planned_blocks
 from gateway.ops_view import DriftNotice, LintFindingStat, OpsView
 
 from .fake_replica import FakeReplica
+from .test_kv_plan import QWEN25_72B
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
 
@@ -204,3 +208,37 @@ async def test_answers_say_why_they_went_where_they_went() -> None:
     assert second.headers["x-prefixgate-runner-up-matched-tokens"] == "0"
     assert moved.headers["x-prefixgate-replica"] == other.name
     assert moved.headers["x-prefixgate-reason"] == "failover"
+
+
+async def test_a_replica_that_publishes_no_capacity_gets_the_planners(tmp_path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN25_72B))
+    capacity = {"config": str(tmp_path), "tensor_parallel_size": 4, "gpu_memory_gb": 80,
+                "kv_cache_dtype": "fp8", "block_size": 16}
+    expected = planned_blocks(CapacitySettings(**capacity))
+    silent, publishing = FakeReplica("a", publishes_capacity=False), FakeReplica("b")
+    by_id = {r.name: r for r in (silent, publishing)}
+    settings = load_settings(overrides={
+        "replicas": [{"id": r, "url": f"http://{r}", "model": "m", "capacity": capacity}
+                     for r in by_id],
+        "health_interval": 3600.0}, env={})
+    app = create_app(settings, transport=lambda rid: by_id[rid].transport())
+    async with LifespanManager(app) as manager, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
+        data = (await client.get("/admin/replicas")).json()
+        views = {v.id: v for v in app.state.gateway.pool.snapshot("m")}
+    rows = {r["id"]: r for r in data["replicas"]}
+    assert expected > 1000
+    assert (rows["a"]["capacity_blocks"], rows["a"]["capacity_source"]) == (expected, "plan")
+    # What the replica publishes wins over the plan.
+    assert (rows["b"]["capacity_blocks"], rows["b"]["capacity_source"]) == (1000, "replica")
+    assert (views["a"].block_capacity, views["b"].block_capacity) == (expected, 1000)
+
+
+async def test_a_capacity_the_planner_cannot_compute_stops_start_up(tmp_path) -> None:
+    settings = load_settings(overrides={
+        "replicas": [{"id": "a", "url": "http://a", "model": "m",
+                      "capacity": {"config": str(tmp_path / "missing")}}]}, env={})
+    app = create_app(settings, transport=lambda rid: FakeReplica("a").transport())
+    with pytest.raises(ConfigError, match="replica capacity"):
+        async with LifespanManager(app):
+            pass
