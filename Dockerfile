@@ -2,7 +2,8 @@
 # The gateway image: `prefixgate serve` as its entrypoint, running as an unprivileged user.
 #
 #   docker build -t prefixgate:0.1.0 .
-#   docker run --rm -p 8000:8000 prefixgate:0.1.0 --replica http://VLLM_HOST:8000
+#   docker run --rm -p 8000:8000 prefixgate:0.1.0 --host 0.0.0.0 --replica http://VLLM_HOST:8000
+# (arguments replace the default CMD, so give --host 0.0.0.0 again, or host: in --config)
 #
 # Two stages: the build stage has gcc for policies/_blocktable.c (the compiled block
 # table; setup.py falls back to the pure-Python one if the compiler is missing) and
