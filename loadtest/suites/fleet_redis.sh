@@ -25,19 +25,21 @@ run() {  # name, replica args, workload args...
         --out "$OUT/$name" "$@"
 }
 
-done_runs=()
 for name in shared-prefix multi-turn; do
     [[ -z "$SELECTED" || " $SELECTED " == *" $name "* ]] || continue
     case "$name" in
       shared-prefix)
         run "$name" "--num-blocks 768 --time-scale 1" --workload shared-prefix \
             --groups 32 --prompts-per-group 12 --system-len 1024 --question-len 64 \
-            --output-len 16 --rate 25 ;;
+            --output-len 16 --rate 15 ;;
       multi-turn)
         run "$name" "--num-blocks 512 --time-scale 1" --workload multi-turn \
             --users 36 --rounds 5 --system-len 512 --question-len 128 --output-len 64 \
             --concurrency 12 ;;
     esac
-    done_runs+=("$OUT/$name")
 done
-"$PYTHON" -m loadtest.ratios prefixgate:prefix "${done_runs[@]}" | tee "$OUT/ratios.md"
+runs=()
+for name in shared-prefix multi-turn; do
+    [[ -f "$OUT/$name/results.json" ]] && runs+=("$OUT/$name")
+done
+"$PYTHON" -m loadtest.ratios prefixgate:prefix "${runs[@]}" | tee "$OUT/ratios.md"
