@@ -215,7 +215,8 @@ def test_gateway_accepts_its_flags_config_and_environment(
     # each PREFIXGATE_* variable is one the settings read
     for env in container["env"]:
         if env["name"].startswith("PREFIXGATE_"):
-            sample = {"PREFIXGATE_REDIS_URL": "redis://redis:6379/0"}[env["name"]]
+            sample = {"PREFIXGATE_REDIS_URL": "redis://redis:6379/0",
+                      "PREFIXGATE_TENANT_SALT_SECRET": "s3cret"}[env["name"]]
             assert load_settings(env={env["name"]: sample}) != load_settings(env={}), env
     # probes and graceful termination
     probes = {name: container[name]["httpGet"]["path"]
