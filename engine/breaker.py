@@ -135,7 +135,7 @@ class CircuitBreaker:
 @dataclass(frozen=True, slots=True)
 class SlowSettings:
     enabled: bool = True
-    factor: float = 4.0
+    factor: float = 5.0
     """A replica is slow when its median time to first token over the window is
     more than ``factor`` times the median of its peers' medians."""
     window: int = 50

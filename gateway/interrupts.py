@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 from starlette.types import Receive
 
+from .drain import DRAIN_MESSAGE
 from .errors import GatewayError
 from .streaming import wait_disconnect
 
@@ -78,6 +79,10 @@ class RequestGuard:
             raise  # someone else cancelled the request too
         finally:
             self.replica_id, self._armed = None, False
+
+    def cut(self) -> None:
+        """The drain period is over: the request, still waiting, gets a 503."""
+        self.interrupt(ShuttingDown(DRAIN_MESSAGE, headers={"retry-after": "1"}), final=True)
 
     def close(self) -> None:
         """Stop watching the client (a stream's relay watches it from here on)."""
