@@ -6,6 +6,7 @@
     prefixgate plan  CONFIG [...]     KV-cache capacity per GPU for a model and KV dtype
     prefixgate kv-quality [...]       quality gate: baseline vs quantized-KV candidate
     prefixgate profiles [show NAME]   named vLLM launch profiles (command line, replica config)
+    prefixgate --version              the installed version
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from engine.sim.cli import main as sim_main
 
+from .api import gateway_version
 from .app import create_app
 from .auth import exposure_warning
 from .config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
@@ -151,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     commands = {"serve": serve, "sim": sim_main, "lint": lint_main, "plan": plan_main,
                 "kv-quality": kv_quality_main, "profiles": profiles_main}
+    if argv and argv[0] in ("--version", "-V"):
+        print(f"prefixgate {gateway_version()}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
