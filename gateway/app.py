@@ -145,7 +145,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer,
                             limits=settings.limits)
         fleet = fleet_of(settings, pool, policy)
-        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers), BreakerCollector(pool),
+        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
+                                              MemoCollector(hashers, lambda: {
+                                                  "compiled_templates": lint.probe.compiled}), BreakerCollector(pool),
                                               MemoCollector(hashers, lambda: {
                                                   "compiled_templates": lint.probe.compiled}),
                                               *(keys.metrics.collectors() if keys else []),

@@ -262,23 +262,23 @@ class LimitSettings(Strict):
     (``prefixgate_memo_entries`` / ``prefixgate_memo_bytes``).
     """
 
-    max_routed_tokens: int = Field(32_768, ge=1)
-    max_routed_chars: int = Field(131_072, ge=1)
-    max_routed_messages: int = Field(1024, ge=1)
-    piece_memo_tokens: int = Field(2_000_000, ge=1)
-    piece_memo_bytes: int = Field(96 << 20, ge=1)
-    chain_memo_blocks: int = Field(1_000_000, ge=1)
-    chain_memo_bytes: int = Field(96 << 20, ge=1)
-    turn_memo_blocks: int = Field(1_000_000, ge=1)
-    turn_memo_bytes: int = Field(64 << 20, ge=1)
-    reuse_marks: int = Field(200_000, ge=1)
-    reuse_marks_bytes: int = Field(64 << 20, ge=1)
-    template_memo_entries: int = Field(4096, ge=1)
+    max_routed_tokens: int = Field(default=32_768, ge=1)
+    max_routed_chars: int = Field(default=131_072, ge=1)
+    max_routed_messages: int = Field(default=1024, ge=1)
+    piece_memo_tokens: int = Field(default=2_000_000, ge=1)
+    piece_memo_bytes: int = Field(default=96 << 20, ge=1)
+    chain_memo_blocks: int = Field(default=1_000_000, ge=1)
+    chain_memo_bytes: int = Field(default=96 << 20, ge=1)
+    turn_memo_blocks: int = Field(default=1_000_000, ge=1)
+    turn_memo_bytes: int = Field(default=64 << 20, ge=1)
+    reuse_marks: int = Field(default=200_000, ge=1)
+    reuse_marks_bytes: int = Field(default=64 << 20, ge=1)
+    template_memo_entries: int = Field(default=4096, ge=1)
     """Per model: the conversation memo's rendered anchors and generation prompts."""
-    template_memo_bytes: int = Field(16 << 20, ge=1)
-    compiled_templates: int = Field(64, ge=1)
+    template_memo_bytes: int = Field(default=16 << 20, ge=1)
+    compiled_templates: int = Field(default=64, ge=1)
     """Compiled chat templates the linter's clock probe keeps."""
-    compiled_template_bytes: int = Field(32 << 20, ge=1)
+    compiled_template_bytes: int = Field(default=32 << 20, ge=1)
 
 
 class ModelSettings(Strict):

@@ -1,0 +1,85 @@
+"""Requests routing cannot analyse are answered by the replica, never with a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from .fake_replica import FakeReplica
+from .test_gateway_core import CHAT, gateway
+
+NESTED_LOOPS = "{% for i in range(8000) %}{% for j in range(8000) %}x{% endfor %}{% endfor %}"
+
+
+def _sample(metrics: str, name: str, **labels: str) -> float | None:
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+@pytest.mark.parametrize("prompt", [[-1], [4294967296], [[-5]], [1, 2**63]])
+async def test_token_ids_out_of_range_go_to_the_replica(prompt: list) -> None:
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/completions", json={"model": "m", "prompt": prompt})
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200  # the replica's answer (vLLM's own would be a 400)
+    assert replica.requests[-1]["prompt"] == prompt
+    assert _sample(metrics, "prefixgate_routing_fallbacks_total", reason="token_ids") == 1
+
+
+async def test_a_client_template_is_forwarded_and_routed_on_the_models() -> None:
+    replica = FakeReplica("a")
+    body = {**CHAT, "chat_template": NESTED_LOOPS}
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+        metrics = (await client.get("/metrics")).text
+    assert response.status_code == 200
+    assert replica.requests[-1]["chat_template"] == NESTED_LOOPS
+    assert _sample(metrics, "prefixgate_routing_fallbacks_total", reason="client_template") == 1
+
+
+async def test_deeply_nested_tools_and_messages_never_fail() -> None:
+    deep = "[" * 600 + '"leaf"' + "]" * 600  # deeper than orjson and the templates' json encode
+    user = '{"role": "user", "content": "x"}'
+    shapes = [('{"model": "m", "messages": [USER], "tools": [{"type": "function", '
+              '"function": {"name": "f", "parameters": DEEP}}]}'),
+              '{"model": "m", "messages": [{"role": "user", "content": "x", "extra": DEEP}]}',
+              ('{"model": "m", "messages": [USER, {"role": "assistant", "content": "",'
+              ' "tool_calls": [{"function": {"arguments": DEEP}}]}, USER]}')]
+    bodies = [shape.replace("USER", user).replace("DEEP", deep) for shape in shapes]
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        for body in bodies:
+            response = await client.post("/v1/chat/completions", content=body,
+                                         headers={"content-type": "application/json"})
+            assert response.status_code == 200, response.text
+        metrics = (await client.get("/metrics")).text
+    assert len(replica.requests) == 3
+    assert _sample(metrics, "prefixgate_routing_fallbacks_total", reason="oversize") == 3
+
+
+async def test_the_memos_sizes_are_in_the_metrics() -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        for i in range(3):
+            await client.post("/v1/chat/completions", json={
+                **CHAT, "messages": [{"role": "user", "content": f"question {i} " * 50}]})
+        metrics = (await client.get("/metrics")).text
+    entries = _sample(metrics, "prefixgate_memo_entries", model="*", memo="pieces")
+    size = _sample(metrics, "prefixgate_memo_bytes", model="*", memo="pieces")
+    limit = _sample(metrics, "prefixgate_memo_bytes_limit", model="*", memo="pieces")
+    assert entries is not None and entries >= 3
+    assert size is not None and limit is not None and 0 < size <= limit
+    assert _sample(metrics, "prefixgate_memo_entries", model="*", memo="compiled_templates") == 0
+
+
+async def test_the_openapi_document_describes_the_routed_bodies() -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        document = (await client.get("/openapi.json")).json()
+    chat = document["paths"]["/v1/chat/completions"]["post"]
+    ref = chat["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert ref.endswith("/ChatCompletionRequest")
+    schemas = document["components"]["schemas"]
+    assert "messages" in schemas["ChatCompletionRequest"]["required"]
+    assert "prompt" in schemas["CompletionRequest"]["properties"]
+    assert "4XX" in chat["responses"] and "/health" in document["paths"]
