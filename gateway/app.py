@@ -145,9 +145,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         hashers = HasherSet(settings.models, default_tokenizer=settings.tokenizer,
                             limits=settings.limits)
         fleet = fleet_of(settings, pool, policy)
-        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers),
-                                              MemoCollector(hashers, lambda: {
-                                                  "compiled_templates": lint.probe.compiled}), BreakerCollector(pool),
+        metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers), BreakerCollector(pool),
                                               MemoCollector(hashers, lambda: {
                                                   "compiled_templates": lint.probe.compiled}),
                                               *(keys.metrics.collectors() if keys else []),
