@@ -131,7 +131,9 @@ class PromptHasher:
                  reuse_step: int = 256, reuse_min_chars: int = 1024) -> None:
         self.renderer: Renderer = ModelTemplate(renderer)
         self.limits = limits = limits if limits is not None else LimitSettings()
-        self._pieces: LRU[tuple[bool, str], tuple[int, ...]] = LRU(
+        # Keyed by the chain seed too (model and cache_salt): tenants salted apart share
+        # no memo, so how fast a prompt is hashed says nothing of another's prompts.
+        self._pieces: LRU[tuple[int, bool, str], tuple[int, ...]] = LRU(
             limits.piece_memo_tokens, limits.piece_memo_bytes)
         self._chain: LRU[tuple[ChainState, str], tuple[tuple[int, ...], ChainState]] = LRU(
             limits.chain_memo_blocks, limits.chain_memo_bytes)
@@ -291,7 +293,7 @@ class PromptHasher:
         missing_chars = 0
         marks: dict[int, Mark] = {}
         for index, piece in enumerate(pieces):
-            cached = self._pieces.get((add_special, piece))
+            cached = self._pieces.get((seed, add_special, piece))
             ids.append(cached)
             if cached is None:
                 missing.append(index)
@@ -318,7 +320,8 @@ class PromptHasher:
         if reuse is None or len(text) < reuse.min_chars or (
                 add_special and self._special_prefix is None):
             return tuple(self.renderer.text_token_ids(text, add_special_tokens=add_special))
-        found = reuse.tokenize(key, self._pieces.peek, mark) if mark is not None else None
+        found = (reuse.tokenize(key, lambda known: self._pieces.peek((plan.seed, *known)), mark)
+                 if mark is not None else None)
         if found is not None:
             plan.learned.append((key, found.offsets))
             plan.reused.append((key, found.ids))
@@ -346,7 +349,7 @@ class PromptHasher:
         for index, ids in zip(plan.missing, tokenized):
             plan.token_ids[index] = ids
             piece = plan.pieces[index]
-            self._pieces.put((plan.add_special_tokens, piece), ids, len(ids) + 1,
+            self._pieces.put((plan.seed, plan.add_special_tokens, piece), ids, len(ids) + 1,
                              ENTRY_BYTES + text_bytes(piece) + ids_bytes(len(ids)))
         self._to_learn.extend(plan.learned)
         for reused in plan.reused:
