@@ -77,7 +77,14 @@ from typing import Any, Literal
 
 import yaml
 from prometheus_client import Counter, Gauge
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -103,7 +110,7 @@ BYTES_PER_TOKEN = 4
 DEFAULT_OUTPUT_TOKENS = 256
 """Output tokens charged up front when a request sets no ``max_tokens``."""
 
-Scope_ = Literal["open", "key", "admin"]
+Access = Literal["open", "key", "admin"]
 
 
 class KeyFileError(ValueError):
@@ -122,6 +129,13 @@ class KeyEntry(BaseModel):
     requests_per_minute: int | None = Field(None, gt=0)
     tokens_per_minute: int | None = Field(None, gt=0)
     max_concurrency: int | None = Field(None, gt=0)
+
+    @field_validator("tenant")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        if any(ord(c) < 32 for c in value):
+            raise ValueError("must not contain control characters")
+        return value
 
     @model_validator(mode="after")
     def _one_key(self) -> KeyEntry:
@@ -503,7 +517,7 @@ def presented_key(headers: Headers) -> str | None:
     return headers.get("x-api-key") or None
 
 
-def scope_of(path: str, metrics_auth: Scope_) -> Scope_:
+def scope_of(path: str, metrics_auth: Access) -> Access:
     """What a path needs: nothing, any key, or an admin key."""
     if path in OPEN_PATHS:
         return "open"
@@ -517,7 +531,7 @@ def scope_of(path: str, metrics_auth: Scope_) -> Scope_:
 class AuthMiddleware:
     """Authenticates and admits every HTTP request (module docstring); pure ASGI."""
 
-    def __init__(self, app: ASGIApp, store: KeyStore, metrics_auth: Scope_ = "open") -> None:
+    def __init__(self, app: ASGIApp, store: KeyStore, metrics_auth: Access = "open") -> None:
         self.app = app
         self.store = store
         self.metrics_auth = metrics_auth
@@ -543,7 +557,7 @@ class AuthMiddleware:
         finally:
             grant.release()
 
-    def _admit(self, needs: Scope_, headers: Headers) -> Grant:
+    def _admit(self, needs: Access, headers: Headers) -> Grant:
         principal = self.store.authenticate(presented_key(headers))
         if needs == "admin" and not principal.admin:
             self.store.metrics.rejections.labels("not_admin").inc()

@@ -66,6 +66,8 @@ def bearer(key: str) -> dict[str, str]:
     ([{"key": "sk-alpha-0001", "tenant": "a"}, {"key": "sk-alpha-0001", "tenant": "b"}],
      "entry 1: the same key"),
     ([{"key": "sk-alpha-0001", "tenant": "a", "max_concurrency": 0}], "max_concurrency"),
+    ([{"key": "sk-alpha-0001", "tenant": "a\x00client"}], "control characters"),
+    ([{"key": "short", "tenant": "a"}], "at least 8"),
 ])
 def test_a_bad_key_file_names_the_entry_and_the_problem(entries: object, problem: str) -> None:
     with pytest.raises(KeyFileError, match=problem):
