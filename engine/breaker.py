@@ -5,6 +5,7 @@
     open ──(cooldown seconds)──> half-open
     half-open ──(the one trial succeeds)──> closed
     half-open ──(the trial fails, or is still slow)──> open (cooldown again)
+    any ──(the replica leaves the replica set: drain)──> open for good
 
 A replica is in rotation while its breaker is closed, and in half-open while
 its one trial is not taken: the next request (or health probe) routed to it
@@ -19,9 +20,10 @@ drive them with a fake clock.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 
@@ -34,6 +36,8 @@ class State(str, Enum):
 class Reason(str, Enum):
     FAILING = "failing"
     SLOW = "slow"
+    DRAINING = "draining"
+    """Leaving (replica discovery): requests already sent there may finish."""
 
 
 COOLDOWN = 5.0
@@ -122,6 +126,13 @@ class CircuitBreaker:
         self.failures = max(self.failures + 1, self.settings.fail_threshold)
         self.tick(now)
         self._open(now, Reason.FAILING)
+
+    def drain(self, now: float) -> None:
+        """Open for good (an infinite cool-down never half-opens; an open breaker ignores
+        successes), as draining rather than failing: requests already waiting on the
+        replica are left to finish (``ReplicaPool.tripped`` is false)."""
+        self.settings = replace(self.settings, cooldown=math.inf)
+        self._open(now, Reason.DRAINING)
 
     def _open(self, now: float, reason: Reason) -> None:
         if self.state is not State.OPEN:

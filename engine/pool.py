@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,12 +234,7 @@ class ReplicaPool:
         probing = [task for task in self._tasks if task.get_name() == name]
         self._tasks = [task for task in self._tasks if task.get_name() != name]
         await cancel(*probing)
-        # Open for good: an infinite cool-down never half-opens, and an open breaker
-        # ignores successes, so the answers of requests still in flight cannot bring
-        # it back into rotation.
-        now = self._clock()
-        replica.breaker = CircuitBreaker(BreakerSettings(cooldown=math.inf), now=now)
-        replica.breaker.request_failed(now)
+        replica.breaker.drain(self._clock())
         replica.last_error = "left the replica set (draining)"
         self._sync(replica)
         with contextlib.suppress(TimeoutError):

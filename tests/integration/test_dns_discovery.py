@@ -9,23 +9,28 @@ indexed), and route the official client's request there as a hit.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
+from asgi_lifespan import LifespanManager
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
+from gateway.app import create_app
+from gateway.config import load_settings
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 
 from .conftest import MODEL, sim_args
 from .test_precise_warm_start import replay_buffer
 
 SYSTEM = "You are the discovered assistant. " + "Answer from the cached handbook. " * 80
 REPLICA = "localhost-127.0.0.1"
+NAME = "vllm-sim.test.svc.cluster.local"
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +80,61 @@ def test_replicas_from_a_name_that_resolves_to_loopback(sim: SimProcess) -> None
         assert (usage.prompt_tokens_details.cached_tokens or 0) > 300
     finally:
         gw.stop()
+
+
+@pytest.fixture
+def loopback_sims() -> Iterator[list[SimProcess]]:
+    """Two slow sims on one port, at 127.0.0.2 and 127.0.0.3 (Linux's loopback is a /8)."""
+    port = free_port()
+    slow = ["--step-overhead", "0.05", "--time-scale", "1", "--output-len-min", "60",
+            "--output-len-max", "60"]
+    sims = [SimProcess(sim_args(i, *slow), port=port, host=f"127.0.0.{i + 2}") for i in (0, 1)]
+    try:
+        for sim in sims:
+            sim.start()
+        yield sims
+    finally:
+        for sim in sims:
+            sim.close()
+
+
+async def test_a_leaving_replica_finishes_its_stream_then_leaves(
+        loopback_sims: list[SimProcess]) -> None:
+    """The name's answer changes under a running request: the request completes on the
+    leaving replica, new ones go to the other, and the replica is dropped once idle."""
+    answers = {NAME: ["127.0.0.2", "127.0.0.3"]}
+
+    async def resolver(host: str, port: int) -> list[str]:
+        return list(answers[host])
+
+    port = loopback_sims[0].port
+    settings = load_settings(overrides={
+        "replicas_from": [{"dns": NAME, "port": port, "model": MODEL, "id_prefix": "sim"}],
+        "policy": "least_load", "health_interval": 0.2,  # also the re-resolve period
+        "models": [{"name": MODEL, "tokenizer": bundled_qwen_tokenizer_dir()}]}, env={})
+    app = create_app(settings, resolver=resolver)
+    async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30) as manager, \
+            httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as http:
+        state = app.state.gateway
+        pool = state.pool
+        assert sorted(r.id for r in pool) == ["sim-127.0.0.2", "sim-127.0.0.3"]
+        client = openai.AsyncOpenAI(base_url="http://gw/v1", api_key="x", max_retries=0,
+                                    http_client=http)
+
+        async def ask() -> tuple[str, str]:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "count"}])
+            return raw.headers["x-prefixgate-replica"], raw.parse().choices[0].finish_reason
+
+        running = asyncio.create_task(ask())
+        await eventually(lambda: sum(r.inflight for r in pool) == 1, what="request in flight")
+        leaving = next(r.id for r in pool if r.inflight)
+        staying = next(r.id for r in pool if not r.inflight)
+        answers[NAME] = [staying.removeprefix("sim-")]
+        await eventually(lambda: not any(r.healthy for r in pool if r.id == leaving),
+                         what="the leaving replica out of rotation")
+        assert leaving in [r.id for r in pool] and not running.done()
+        assert (await ask())[0] == staying  # new requests go elsewhere at once
+        assert await running == (leaving, "stop")  # the running one completes in full
+        await eventually(lambda: leaving not in [r.id for r in pool], what="dropped when idle")

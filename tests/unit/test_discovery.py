@@ -103,7 +103,9 @@ async def test_leaving_replica_finishes_in_flight_requests_first(pool: ReplicaPo
         await eventually(lambda: not pool.get(leaving).healthy, what="out of rotation")
         assert {v.id: v.healthy for v in pool.snapshot()} == {leaving: False,
                                                              "vllm-qwen-10.0.0.6": True}
+        # draining, not failing: requests waiting on it are not moved elsewhere, and
         # the in-flight request's answer does not bring it back into rotation
+        assert not pool.tripped(leaving) and pool.get(leaving).breaker.reason.value == "draining"
         pool.report_first_byte(leaving, 0.01)
         assert not any(v.healthy for v in pool.snapshot() if v.id == leaving)
         # it comes back in DNS while still draining: it joins only once the drain is over
