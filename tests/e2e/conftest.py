@@ -18,7 +18,9 @@ from tests.support.gateway import GatewayProcess
 MODEL = "qwen2-tiny"
 BLOCKS = 96
 """A small KV cache (96 blocks of 32 tokens) so that eviction happens in a test."""
-SPEC = LaunchSpec(model=MODEL, max_model_len=2048, num_gpu_blocks_override=BLOCKS)
+SPEC = LaunchSpec(model=MODEL, max_model_len=2048, num_gpu_blocks_override=BLOCKS,
+                  extra_env=(("VLLM_ENABLE_RESPONSES_API_STORE", "1"),))
+"""The store keeps /v1/responses answers in the replica, so previous_response_id works."""
 
 
 def setup_or_skip() -> VllmCpuSetup:

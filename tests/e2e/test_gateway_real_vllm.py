@@ -100,6 +100,60 @@ def test_rendered_ids_equal_vllm_tokenize(vllm_pair: list[LocalReplica]) -> None
         assert ours == theirs["tokens"], chat
 
 
+def test_tokenize_detokenize_and_models_answer_as_vllm(real_gateway: GatewayProcess,
+                                                       vllm_pair: list[LocalReplica]) -> None:
+    direct = vllm_pair[0].info.base_url
+    body = {"model": MODEL, "prompt": SYSTEM + "Where is my order?"}
+    through = httpx.post(real_gateway.url + "/tokenize", json=body, timeout=30)
+    assert through.status_code == 200
+    tokens = through.json()
+    assert tokens == httpx.post(direct + "/tokenize", json=body, timeout=30).json()
+    assert tokens["count"] == len(tokens["tokens"]) > 100 and tokens["max_model_len"] == 2048
+    back = httpx.post(real_gateway.url + "/detokenize",
+                      json={"model": MODEL, "tokens": tokens["tokens"]}, timeout=30)
+    assert back.status_code == 200 and back.json()["prompt"] == body["prompt"]
+
+    (card,) = httpx.get(direct + "/v1/models").json()["data"]
+    c = client(real_gateway)
+    (listed,) = c.models.list().data
+    extra = listed.model_extra or {}
+    assert (listed.id, listed.owned_by, extra["root"], extra["max_model_len"]) == (
+        card["id"], card["owned_by"], card["root"], card["max_model_len"])
+    assert extra["max_model_len"] == 2048 and extra["permission"]
+    assert c.models.retrieve(MODEL).model_extra["max_model_len"] == 2048  # type: ignore[index]
+    version = httpx.get(real_gateway.url + "/version").json()
+    assert version["version"] == httpx.get(direct + "/version").json()["version"]
+
+
+def test_responses_follow_up_lands_where_vllm_stored_it(real_gateway: GatewayProcess,
+                                                        vllm_pair: list[LocalReplica]) -> None:
+    body = {"model": MODEL, "input": "Say hello.", "max_output_tokens": 4}
+    direct = httpx.post(vllm_pair[0].info.base_url + "/v1/responses", json=body, timeout=120)
+    through = httpx.post(real_gateway.url + "/v1/responses", json=body, timeout=120)
+    assert through.status_code == direct.status_code, (through.text, direct.text)
+    if direct.status_code != 200:  # vLLM on CPU refuses it for this model: as vLLM does
+        print(f"\nvLLM answers /v1/responses {direct.status_code}: {direct.text[:200]}")
+        assert through.json()["error"]["message"] == direct.json()["error"]["message"]
+        return
+    c = client(real_gateway)
+    first = c.responses.with_raw_response.create(model=MODEL, input="Say hello.",
+                                                 max_output_tokens=4)
+    home, answer = first.headers["x-prefixgate-replica"], first.parse()
+    assert answer.object == "response" and answer.status in ("completed", "incomplete")
+    follow = c.responses.with_raw_response.create(
+        model=MODEL, input="Again.", previous_response_id=answer.id, max_output_tokens=4)
+    assert follow.headers["x-prefixgate-replica"] == home
+    assert follow.parse().previous_response_id == answer.id
+    holders = {r.info.replica_id: httpx.get(
+        f"{r.info.base_url}/v1/responses/{answer.id}").status_code for r in vllm_pair}
+    assert holders == {rid: 200 if rid == home else 404 for rid in holders}
+    assert c.responses.retrieve(answer.id).id == answer.id
+    events = [e.type for e in c.responses.create(model=MODEL, input="Stream.", stream=True,
+                                                 max_output_tokens=4)]
+    assert events[0] == "response.created" and events[-1] in ("response.completed",
+                                                              "response.incomplete")
+
+
 def test_precise_follows_kv_events_and_forgets_evictions(events_only_gateway: GatewayProcess,
                                                          vllm_pair: list[LocalReplica]) -> None:
     # Speculation (the blocks the gateway routed itself, until a TTL passes)
