@@ -102,8 +102,9 @@ class Dispatcher:
             session_key=exchange.session_key, request_id=exchange.request_id))
 
     def _at_home(self, home: Home, response_id: str) -> Decision:
-        replica = self.pool.get(home.replica_id)
-        if not replica.healthy:
+        routable = any(view.id == home.replica_id and view.healthy
+                       for view in self.pool.snapshot())
+        if not routable:
             raise NoHealthyReplica(
                 f"replica {home.replica_id}, which holds response {response_id}, is out of "
                 "rotation; retry shortly",

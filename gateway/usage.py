@@ -25,18 +25,28 @@ class Usage:
 
 
 def usage_from_object(obj: object) -> Usage | None:
+    """An answer's ``usage``: chat and completions name it ``prompt_tokens`` and
+    ``completion_tokens``; the Responses API ``input_tokens`` and ``output_tokens``,
+    and its stream carries it in the ``response`` of its last event."""
     if not isinstance(obj, dict):
         return None
+    if "usage" not in obj and isinstance(obj.get("response"), dict):
+        obj = obj["response"]
     usage = obj.get("usage")
     if not isinstance(usage, dict):
         return None
-    details = usage.get("prompt_tokens_details")
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
-        prompt_tokens=int(usage.get("prompt_tokens") or 0),
-        completion_tokens=int(usage.get("completion_tokens") or 0),
+        prompt_tokens=_count(usage, "prompt_tokens", "input_tokens"),
+        completion_tokens=_count(usage, "completion_tokens", "output_tokens"),
         cached_tokens=int(cached) if isinstance(cached, (int, float)) else None,
     )
+
+
+def _count(usage: dict[str, object], name: str, responses_name: str) -> int:
+    value = usage.get(name, usage.get(responses_name))
+    return int(value) if isinstance(value, (int, float)) else 0
 
 
 def usage_from_json(body: bytes) -> Usage | None:

@@ -15,6 +15,7 @@ from asgi_lifespan import LifespanManager
 
 from gateway.app import create_app
 from gateway.config import load_settings
+from gateway.usage import StreamObserver, Usage, usage_from_json
 
 
 @dataclass
@@ -93,6 +94,7 @@ async def gateway(replicas: list[Replica], replica_key: str | None = None,
     async with LifespanManager(app) as manager:
         transport = httpx.ASGITransport(app=manager.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            client.app = app  # type: ignore[attr-defined]
             yield client
 
 
@@ -288,3 +290,33 @@ async def test_the_path_goes_on_as_the_client_escaped_it() -> None:
         response = await client.get("/v1/responses/resp%201?starting_after=2")
     assert response.status_code == 200
     assert replica.routed()[-1].path == "/v1/responses/resp%201?starting_after=2"
+
+
+RESPONSES_USAGE = {"input_tokens": 7, "output_tokens": 3, "total_tokens": 10,
+                   "input_tokens_details": {"cached_tokens": 2},
+                   "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+def test_a_responses_answers_usage_is_read_plain_and_streamed() -> None:
+    expected = Usage(prompt_tokens=7, completion_tokens=3, cached_tokens=2)
+    assert usage_from_json(json.dumps({"id": "resp_1", "usage": RESPONSES_USAGE}).encode()) \
+        == expected
+    observer = StreamObserver()
+    for event in ({"response": {"id": "resp_1", "usage": None}, "type": "response.created"},
+                  {"delta": "hi", "type": "response.output_text.delta"},
+                  {"response": {"id": "resp_1", "usage": RESPONSES_USAGE},
+                   "type": "response.completed"}):
+        observer.feed(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+    assert observer.usage() == expected
+
+
+async def test_a_stored_response_whose_replica_is_out_of_rotation_is_a_503() -> None:
+    a, b = Replica("a"), Replica("b")
+    async with gateway([a, b], policy="round_robin") as client:
+        first = await client.post("/v1/responses", json={"input": "hi"})
+        home = first.headers["x-prefixgate-replica"]
+        client.app.state.gateway.pool.report_failure(home, "went away")  # type: ignore
+        follow = await client.post("/v1/responses", json={
+            "input": "and?", "previous_response_id": first.json()["id"]})
+    assert error_of(follow, 503)["message"].startswith(f"replica {home}, which holds")
+    assert follow.headers["retry-after"]
