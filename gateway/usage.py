@@ -30,9 +30,8 @@ def usage_from_object(obj: object) -> Usage | None:
     and its stream carries it in the ``response`` of its last event."""
     if not isinstance(obj, dict):
         return None
-    if "usage" not in obj and isinstance(obj.get("response"), dict):
-        obj = obj["response"]
-    usage = obj.get("usage")
+    nested = obj.get("response")
+    usage = obj.get("usage", nested.get("usage") if isinstance(nested, dict) else None)
     if not isinstance(usage, dict):
         return None
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
