@@ -28,7 +28,7 @@ from gateway.fleet_codec import decode_snapshot
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
@@ -184,19 +184,37 @@ def _pings(client: redis.Redis) -> bool:
 
 
 async def load(gateways: list[GatewayProcess], conversations: list[Conversation],
-               rounds: int) -> list[BaseException]:
-    """Every conversation takes ``rounds`` turns, alternating instances; the failures."""
+               rounds: int, answered: list[str] | None = None) -> list[BaseException]:
+    """Every conversation takes ``rounds`` turns, alternating instances; the failures
+    (``answered`` gets the replica of each turn as it is answered)."""
     failures: list[BaseException] = []
+    answered = [] if answered is None else answered
 
     async def converse(index: int, conversation: Conversation) -> None:
         for turn in range(rounds):
             try:
-                await conversation.turn(gateways[(index + turn) % len(gateways)])
+                replica, _ = await conversation.turn(gateways[(index + turn) % len(gateways)])
+                answered.append(replica)
             except (openai.OpenAIError, KeyError) as exc:
                 failures.append(exc)
 
     await asyncio.gather(*(converse(i, c) for i, c in enumerate(conversations)))
     return failures
+
+
+async def load_killing(server: RedisServer, gateways: list[GatewayProcess],
+                       conversations: list[Conversation],
+                       rounds: int) -> tuple[list[BaseException], int]:
+    """:func:`load`, with the Redis server killed once a quarter of the turns are
+    answered; the failures and the turns answered after the kill."""
+    answered: list[str] = []
+    running = asyncio.ensure_future(load(gateways, conversations, rounds, answered))
+    await eventually(lambda: len(answered) >= len(conversations) * rounds // 4 or running.done(),
+                     60, "a quarter of the turns answered")
+    server.kill()
+    at_kill = len(answered)
+    failures = await running
+    return failures, len(answered) - at_kill
 
 
 def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
@@ -205,14 +223,12 @@ def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
     try:
         with instances(2, sims, server.url, "prefixgate-fault:") as (a, b):
             conversations = [Conversation(seed) for seed in range(200, 208)]
-            before = asyncio.run(load([a, b], conversations, 2))
-            server.kill()
-            during = asyncio.run(load([a, b], conversations, 3))
+            failures, after_kill = asyncio.run(load_killing(server, [a, b], conversations, 5))
             for gw in (a, b):
                 wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 0, 30,
                            "prefixgate_redis_up 0 without Redis")
                 assert httpx.get(gw.url + "/ready", timeout=5).status_code == 200
-            assert before == [] and during == []
+            assert failures == [] and after_kill >= len(conversations)
             server.start()
             for gw in (a, b):
                 wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 1, 60,
