@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Sequence
@@ -64,7 +63,7 @@ class DnsSource:
         return f"{self.prefix}-{address}"
 
     def url(self, address: str) -> str:
-        host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+        host = f"[{address}]" if ":" in address else address  # IPv6 in brackets
         return f"{self.scheme}://{host}:{self.port}"
 
 
