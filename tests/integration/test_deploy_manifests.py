@@ -178,6 +178,15 @@ def test_vllm_runs_its_profile(rendered: dict[str, list[Resource]], overlay: str
     assert source.model_dump(include={"dns", "port", "model", "kv_events"}) == expected
     assert (ports["http"], ports["kv-events"], ports["kv-replay"]) == (
         source.port, source.kv_events.port, source.kv_events.replay_port)  # type: ignore[union-attr]
+    # a terminating vLLM pod keeps serving until the gateways have drained it
+    pause = int(vllm["lifecycle"]["preStop"]["exec"]["command"][1])
+    assert source.drain_seconds + settings_interval(config) < pause < \
+        pod["terminationGracePeriodSeconds"]
+
+
+def settings_interval(settings: Settings) -> float:
+    """Re-resolve period plus the cluster DNS's cache TTL (CoreDNS: 5 s)."""
+    return settings.health_interval + 5
 
 
 def gateway_container(resources: list[Resource]) -> tuple[Resource, Resource]:
