@@ -29,7 +29,7 @@ from starlette.requests import Request
 from engine.form_fields import form_fields
 from policies.types import Decision, RouteRequest
 
-from .auth import CLIENT_KEY_HEADERS, GRANT, Grant, estimate_tokens
+from .auth import GRANT, Grant, estimate_tokens
 from .forwarding import SecretTest, forward_headers
 from .prompt_shapes import prompt_of
 from .schemas import RoutingFields, parse_json, routing_fields
@@ -145,18 +145,18 @@ class Exchange:
     def _isolate(self, body_bytes: int) -> None:
         """With client keys (``gateway.auth``): the key's tenant is the tenant, its
         ``cache_salt`` goes into the body that is routed and forwarded, its session
-        ids are its own, its token budget is charged, and its key stays here."""
+        ids are its own and its token budget is charged (its key is never forwarded:
+        ``gateway.forwarding``). Only the prefix-routed routes (chat, completions,
+        responses) take a ``cache_salt``; the others' bodies go on as sent."""
         grant: Grant | None = self.client.scope.get(GRANT)
         if grant is None:
             return
         self.tenant = grant.tenant
         if self.session_key is not None:
             self.session_key = f"{grant.tenant}\x00{self.session_key}"
-        if self.route.body == "json":  # a form or a bodiless request has no cache_salt
+        if self.route.routing == "prefix" and self.route.body == "json":
             self.data = grant.isolate(self.data)
             self.forward_body = orjson.dumps(self.data)
-        for secret in CLIENT_KEY_HEADERS:
-            self.forward_headers.pop(secret, None)
         grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
 
     def tokens_used(self) -> int | None:

@@ -184,6 +184,15 @@ async def test_each_tenant_is_forwarded_with_its_own_salt(tmp_path: Path) -> Non
     assert len(set(salts)) == 3
 
 
+async def test_only_prefix_routed_bodies_get_a_salt(tmp_path: Path) -> None:
+    replica = FakeReplica("r")
+    async with gateway(replica, write_keys(tmp_path / "k.yaml", KEYS)) as client:
+        await client.post("/v1/embeddings", json={"model": "m", "input": "hello"},
+                          headers=bearer("sk-alpha-0001"))
+    assert replica.requests == [{"model": "m", "input": "hello"}]
+    assert "sk-" not in repr(replica.headers_seen)
+
+
 async def test_admin_routes_need_an_admin_key(tmp_path: Path) -> None:
     async with gateway(FakeReplica("r"), write_keys(tmp_path / "k.yaml", KEYS)) as client:
         for path in ("/admin/replicas", "/admin/drift", "/admin/lint", "/dashboard"):
