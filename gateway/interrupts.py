@@ -51,7 +51,8 @@ class RequestGuard:
         self._armed = False
         self._pending: BaseException | None = None
         self._final: BaseException | None = None
-        self._watcher = asyncio.ensure_future(self._watch(receive))
+        self._watcher: asyncio.Future[None] | None = asyncio.ensure_future(
+            self._watch(receive))
 
     async def _watch(self, receive: Receive) -> None:
         await wait_disconnect(receive)
@@ -84,6 +85,14 @@ class RequestGuard:
         """The drain period is over: the request, still waiting, gets a 503."""
         self.interrupt(ShuttingDown(DRAIN_MESSAGE, headers={"retry-after": "1"}), final=True)
 
+    def hand_over(self) -> asyncio.Future[None]:
+        """The watch on the client, for the stream relay to go on with (one task
+        per stream, not two); done when the client has left."""
+        watcher, self._watcher = self._watcher, None
+        assert watcher is not None
+        return watcher
+
     def close(self) -> None:
-        """Stop watching the client (a stream's relay watches it from here on)."""
-        self._watcher.cancel()
+        """Stop watching the client, unless the watch was handed over."""
+        if self._watcher is not None:
+            self._watcher.cancel()

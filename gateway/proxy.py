@@ -124,7 +124,7 @@ class Proxy:
             except BaseException:
                 stack.close()
                 raise
-            return self._answer(exchange, replica_id, answer, stack, before_forward)
+            return self._answer(exchange, replica_id, answer, stack, before_forward, guard)
         message = last_error.detail if last_error else "no replica could be tried"
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
@@ -152,7 +152,8 @@ class Proxy:
         return _Answer(upstream, first, self.clock() - sent, True)
 
     def _answer(self, exchange: Exchange, replica_id: str, answer: _Answer,
-                stack: contextlib.ExitStack, before_forward: float) -> Response | RelayStream:
+                stack: contextlib.ExitStack, before_forward: float,
+                guard: RequestGuard) -> Response | RelayStream:
         """What the client gets from the replica that answered (which closes its breaker)."""
         self.pool.report_first_byte(replica_id, answer.ttft)
         upstream, outcome = answer.upstream, exchange.outcome
@@ -166,7 +167,7 @@ class Proxy:
                     before_forward + self.clock() - received)
 
             return self._relay(upstream, answer.body, replica_id, exchange, stack, headers,
-                               first_sent)
+                               first_sent, guard.hand_over())
         stack.close()
         outcome.status = upstream.status_code
         if upstream.status_code == 200:
@@ -196,7 +197,8 @@ class Proxy:
 
     def _relay(self, upstream: UpstreamResponse, first: bytes, replica_id: str,
                exchange: Exchange, stack: contextlib.ExitStack,
-               headers: dict[str, str], first_sent: Callable[[], None]) -> RelayStream:
+               headers: dict[str, str], first_sent: Callable[[], None],
+               disconnected: asyncio.Future[None]) -> RelayStream:
         observer = StreamObserver()
         outcome = exchange.outcome
         outcome.replica_id = replica_id
@@ -220,7 +222,8 @@ class Proxy:
                 self.recorder.record(exchange)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
-                           observer.feed, finish, first_sent, tracking=self.drain.tracking)
+                           observer.feed, finish, first_sent, tracking=self.drain.tracking,
+                           disconnected=disconnected)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

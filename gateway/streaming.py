@@ -60,6 +60,7 @@ class RelayStream(Response):
         on_finish: Callable[[BaseException | None], Awaitable[None]],
         on_first_sent: Callable[[], None] | None = None,
         tracking: Tracker = _untracked,
+        disconnected: asyncio.Future[None] | None = None,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.first_chunk = first_chunk
@@ -72,6 +73,8 @@ class RelayStream(Response):
         self.on_finish = on_finish
         self.on_first_sent = on_first_sent
         self.tracking = tracking
+        self.disconnected = disconnected
+        """Done when the client has left (the proxy's watch); else the relay watches."""
         self._relay_task: asyncio.Future[None] | None = None
         self._cut = False
 
@@ -116,7 +119,7 @@ class RelayStream(Response):
         relay = self._relay_task = asyncio.ensure_future(self._relay(send, body_send))
         if self._cut:
             relay.cancel()
-        watcher = asyncio.ensure_future(wait_disconnect(receive))
+        watcher = self.disconnected or asyncio.ensure_future(wait_disconnect(receive))
         try:
             done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
