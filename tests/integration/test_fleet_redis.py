@@ -247,3 +247,23 @@ def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
                 assert log.count("resynchronised") == 1, log
     finally:
         server.kill()
+
+
+def test_an_instance_starting_without_its_redis_serves_and_joins_when_it_appears(
+        sims: list[SimProcess]) -> None:
+    server = RedisServer()  # its port is free: nothing listens yet
+    try:
+        with instances(1, sims, server.url, "prefixgate-late:") as (gw,):
+            assert asyncio.run(Conversation(400).turn(gw))[0]
+            assert gauge(gw, "prefixgate_redis_up") == 0
+            server.start()
+            wait_until(lambda: gauge(gw, "prefixgate_redis_up") == 1, 60,
+                       "prefixgate_redis_up 1 once Redis is there")
+            client = redis.Redis(port=server.port)
+            wait_until(lambda: client.exists("prefixgate-late:stream") == 1, 30,
+                       "the instance publishes to it")
+            client.close()
+            log = gw.log()
+            assert log.count("unreachable") == 1, log
+    finally:
+        server.kill()
