@@ -25,8 +25,8 @@ How a request is admitted (:class:`AuthMiddleware`, one ASGI middleware):
    counts until its last byte); one more: 429.
 4. ``requests_per_minute``: a token bucket of that many requests, refilled
    continuously (a full minute's allowance may be spent in a burst); empty: 429.
-5. ``tokens_per_minute`` (routed requests only, charged when the body has
-   been read, :meth:`Grant.charge`): a bucket of that many tokens. The
+5. ``tokens_per_minute`` (generation only: chat, completions, responses;
+   charged when the body has been read, :meth:`Grant.charge`): a bucket of that many tokens. The
    charge up front is an estimate, one token per 4 bytes of the request
    body plus ``max_tokens`` (or ``max_completion_tokens``; 256 when neither is
    set) times ``n``; when the answer is complete it is corrected to the

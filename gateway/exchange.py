@@ -147,7 +147,8 @@ class Exchange:
         ``cache_salt`` goes into the body that is routed and forwarded, its session
         ids are its own and its token budget is charged (its key is never forwarded:
         ``gateway.forwarding``). Only the prefix-routed routes (chat, completions,
-        responses) take a ``cache_salt``; the others' bodies go on as sent."""
+        responses: generation) take a ``cache_salt`` and count against
+        ``tokens_per_minute``; the others' bodies go on as sent."""
         grant: Grant | None = self.client.scope.get(GRANT)
         if grant is None:
             return
@@ -157,7 +158,7 @@ class Exchange:
         if self.route.routing == "prefix" and self.route.body == "json":
             self.data = grant.isolate(self.data)
             self.forward_body = orjson.dumps(self.data)
-        grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
+            grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
 
     def tokens_used(self) -> int | None:
         """Prompt and completion tokens as the replica's ``usage`` reported them; 0 when

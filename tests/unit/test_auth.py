@@ -184,11 +184,13 @@ async def test_each_tenant_is_forwarded_with_its_own_salt(tmp_path: Path) -> Non
     assert len(set(salts)) == 3
 
 
-async def test_only_prefix_routed_bodies_get_a_salt(tmp_path: Path) -> None:
+async def test_only_generating_routes_get_a_salt_and_a_token_charge(tmp_path: Path) -> None:
     replica = FakeReplica("r")
-    async with gateway(replica, write_keys(tmp_path / "k.yaml", KEYS)) as client:
-        await client.post("/v1/embeddings", json={"model": "m", "input": "hello"},
-                          headers=bearer("sk-alpha-0001"))
+    keys = [*KEYS, {"key": "sk-tokens-001", "tenant": "alpha", "tokens_per_minute": 100}]
+    async with gateway(replica, write_keys(tmp_path / "k.yaml", keys)) as client:
+        embedded = await client.post("/v1/embeddings", json={"model": "m", "input": "hello"},
+                                     headers=bearer("sk-tokens-001"))
+        assert embedded.status_code == 200  # a generation of 256 tokens would be refused
     assert replica.requests == [{"model": "m", "input": "hello"}]
     assert "sk-" not in repr(replica.headers_seen)
 
