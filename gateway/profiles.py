@@ -126,7 +126,8 @@ class Profile:
                 "gpus": self.gpus, "command": self.command(),
                 "kv_events_config": self.kv_events_config(),
                 "inprocess_replica": self.inprocess_replica(),
-                "remote_replica": self.remote_replica("HOST")}
+                "remote_replica": self.remote_replica("HOST"),
+                "discovery_source": self.discovery_source("NAME")}
 
 
 QWEN_72B = "Qwen/Qwen2.5-72B-Instruct"

@@ -77,6 +77,8 @@ def render(profile: Profile, capacity: Plan | None) -> str:
         _indent(_yaml({"replicas": [profile.inprocess_replica()]})),
         "", "remote replica (gateway config; HOST: the server's address):",
         _indent(_yaml({"replicas": [profile.remote_replica("HOST")]})),
+        "", "replicas from DNS (gateway config; NAME: e.g. a headless Service's name):",
+        _indent(_yaml({"replicas_from": [profile.discovery_source("NAME")]})),
         "", "capacity:",
         (f"  prefixgate plan CONFIG --tensor-parallel-size {i.tensor_parallel_size} "
         f"--kv-cache-dtype {i.kv_cache_dtype} --weight-dtype {i.weight_dtype} "

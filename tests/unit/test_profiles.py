@@ -58,6 +58,9 @@ def test_kv_events_published_where_the_gateway_subscribes(profile) -> None:
     assert kv is not None and (kv.endpoint, kv.replay_endpoint, kv.topic) == (
         f"tcp://10.0.0.5:{KV_EVENTS_PORT}", f"tcp://10.0.0.5:{KV_REPLAY_PORT}", config["topic"])
     assert settings.policy_name() == "precise"  # auto: every replica publishes events
+    discovered = Settings.model_validate({"replicas_from": [profile.discovery_source("vllm")]})
+    assert discovered.policy_name() == "precise"
+    assert discovered.replicas_from[0].kv_events.port == KV_EVENTS_PORT  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
