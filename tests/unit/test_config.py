@@ -29,6 +29,9 @@ def test_env_replicas_and_ids() -> None:
     ("timeouts:\n  conect: 1\n", "timeouts.conect: unknown key"),
     ("port: -1\n", "port"),
     ("- a\n", "mapping"),
+    ("server:\n  header_timout: 1\n", "server.header_timout: unknown key"),
+    ("breaker:\n  slow:\n    factor: 0.5\n", "breaker.slow.factor"),
+    ("drain_seconds: -1\n", "drain_seconds"),
 ])
 def test_bad_config_names_the_key(tmp_path, text: str, needle: str) -> None:
     path = tmp_path / "bad.yaml"
