@@ -156,7 +156,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router),
                       timeouts=settings.timeouts.engine(), drain=drain)
         lint = LintService(hashers, settings.models, metrics,
-                           limits=LintLimits(learn=settings.lint.learn))
+                           limits=LintLimits(learn=settings.lint.learn,
+                                             text_samples=settings.lint.text_samples))
         lint.probe.compiled.resize(settings.limits.compiled_templates,
                                    settings.limits.compiled_template_bytes)
         state = GatewayState(settings, pool, router, proxy, metrics, hashers,

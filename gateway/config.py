@@ -250,6 +250,9 @@ class LintSettings(Strict):
     """Lint each routed chat request's stable prefix once it has left."""
     learn: bool = True
     """Group each app's requests, learn the spans that vary, report prefix drift."""
+    text_samples: bool = False
+    """Keep the text of drifted and varying spans and show it in ``/admin/drift`` to admin
+    keys. Off (the default): positions, lengths and hashes only, never prompt text."""
 
 
 class LimitSettings(Strict):

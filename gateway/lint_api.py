@@ -6,13 +6,19 @@
 
 The body limit, JSON parsing and error shapes are the chat route's
 (``api.read_body``, ``schemas``): too large is 413, bad JSON or schema 400,
-an unknown model 404. Linting renders and tokenizes, so it runs in a worker
-thread.
+an unknown model 404, a body nested deeper than ``MAX_DEPTH`` levels 400
+(the linter walks every string of ``tools``). Linting renders and tokenizes,
+so it runs in a worker thread.
+
+``/admin/drift`` shows positions, lengths and hashes; the changed text only
+with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts (the
+gateway passes its API-key check: admin keys only).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,6 +30,7 @@ from .api import read_body
 from .errors import InvalidRequest, ModelNotFound
 from .jsonresp import JSONResponse
 from .lint.service import LintService
+from .lint.structure import MAX_DEPTH, deeper_than
 from .schemas import ChatBody, parse_json, validate
 from .state import GatewayState
 
@@ -60,12 +67,24 @@ def _requests(data: dict[str, Any]) -> list[dict[str, Any]]:
     return items
 
 
-def build_lint_router(state: GatewayState, service: LintService) -> APIRouter:
+def check_depth(data: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if deeper_than(value, MAX_DEPTH - 1):
+            raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
+
+
+def _nobody(request: Request) -> bool:
+    return False
+
+
+def build_lint_router(state: GatewayState, service: LintService,
+                      admin_caller: Callable[[Request], bool] = _nobody) -> APIRouter:
     router = APIRouter()
 
     @router.post("/v1/prompt/lint")
     async def prompt_lint(request: Request) -> Response:
         data = parse_json(await read_body(request, state.settings.max_body_bytes))
+        check_depth(data)
         batch = "requests" in data and "messages" not in data
         if batch:
             items = _requests(data)
@@ -86,9 +105,8 @@ def build_lint_router(state: GatewayState, service: LintService) -> APIRouter:
         return JSONResponse(report.to_json())
 
     @router.get("/admin/drift")
-    async def admin_drift() -> Response:
-        return JSONResponse({"events": [e.to_json() for e in service.drift_events(100)],
-                             "groups": service.group_summaries(20)},
+    async def admin_drift(request: Request) -> Response:
+        return JSONResponse(service.drift_report(include_text=admin_caller(request)),
                             headers={"cache-control": "no-store"})
 
     @router.get("/admin/lint")

@@ -1,13 +1,27 @@
-"""``prefixgate lint FILE``: lint prompts before they ship (CI, pre-commit).
+"""``prefixgate lint FILE...``: lint prompts before they ship (CI, pre-commit).
 
-FILE (or ``-`` for stdin) holds one chat request, a JSON list of requests,
-``{"requests": [...]}``, or a JSONL log with one request per line (or a
-``{"body": ...}`` / ``{"request": ...}`` record per line). Several requests
-are also compared with each other: what really varies between them.
+Each FILE (``-`` for stdin) holds one chat request, a list of requests,
+``{"requests": [...]}``, or a log with one request per line (or a
+``{"body": ...}`` / ``{"request": ...}`` record per line), as JSON, JSONL
+or YAML (``.yaml`` / ``.yml``). The requests of one file are also compared
+with each other: what really varies between them. Files are linted one by
+one; a file that cannot be read is reported and the others still are.
 
-Output is for people by default, ``--json`` for tools. The exit status is 1
-when any warning is found (something breaks prefix caching), 0 when none,
-2 when the input cannot be read or rendered.
+Every finding is placed at ``FILE:LINE:COLUMN`` (1-based, columns in
+characters) from its JSON path and character offset (``lint.locate``).
+
+Formats (``--format``): ``text`` for people, ``json`` (one report per file;
+the report itself when one file is given), ``sarif`` (SARIF 2.1.0, one run,
+for code-scanning tools; ``lint.sarif``). ``--json`` is ``--format json``.
+
+Exit status, for CI:
+
+    0  no warning in any file
+    1  at least one warning (something breaks prefix caching)
+    2  a file could not be read, parsed or rendered, or bad arguments
+
+A closed pipe (``prefixgate lint ... | head -1``) ends the run quietly with
+the status it would have had.
 """
 
 from __future__ import annotations
@@ -18,116 +32,271 @@ import json
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import yaml
 
 from engine.tokenizer import RenderError, bundled_qwen_tokenizer_dir, load_renderer
 
+from .api import gateway_version
 from .lint.batch import BatchLinter
 from .lint.detect import Detector
 from .lint.linter import Linter
+from .lint.locate import Source, join, json_source, yaml_source
 from .lint.model import BatchReport, Finding, LintReport
+from .lint.sarif import Located, sarif_log
 from .lint.template import ClockProbe, read_template
 from .lint.tokens import ByteEncoder, HFEncoder, TokenMap
 from .lint.variance import Atomizer
+
+OK, WARNINGS, FAILED = 0, 1, 2
+BUNDLED = "Qwen3 (bundled)"
 
 
 class InputError(ValueError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class Requests:
+    """A file's requests, where each sits in the file, and whether it held just one."""
+
+    bodies: list[dict[str, Any]]
+    prefixes: list[str]
+    """Each request's JSON path in its ``Source`` (``[3]``, ``.requests[0]``, ``.body``)."""
+    sources: list[Source]
+    single: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Linted:
+    name: str
+    report: LintReport | BatchReport
+    located: list[Located]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="prefixgate lint",
-        description="Find what in your prompts breaks vLLM prefix caching.")
-    p.add_argument("file", help="a chat request, a list of them, or a JSONL log ('-': stdin)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
+        description="Find what in your prompts breaks vLLM prefix caching.",
+        epilog="exit status: 0 no warning, 1 warnings found, 2 a file could not be linted")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="chat request(s) as JSON, JSONL or YAML ('-': stdin)")
+    p.add_argument("--format", choices=("text", "json", "sarif"), default="text",
+                   help="output format (default text)")
+    p.add_argument("--json", action="store_const", const="json", dest="format",
+                   help="same as --format json")
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder with the chat template "
                                        "(default: the bundled Qwen3 tokenizer)")
     p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
-    p.add_argument("--model", help="model name to show in the report")
+    p.add_argument("--model", help="model name to show in the report (default: the "
+                                   "tokenizer's own name, or none)")
     p.add_argument("--now", help="pretend it is this ISO-8601 time (reproducible output)")
     return p
 
 
-def read_requests(text: str) -> tuple[list[dict[str, Any]], bool]:
-    """The requests in a file, and whether it was a single request."""
+# -- reading ---------------------------------------------------------------------------------
+
+
+def read_requests(text: str, name: str = "") -> Requests:
+    """The requests in a file's text, with their places in it."""
+    if name.endswith((".yaml", ".yml")):
+        try:
+            data = yaml.safe_load(text)
+            source = yaml_source(text)
+        except yaml.YAMLError as exc:
+            raise InputError(f"not YAML ({exc})") from None
+        return _document(data, source)
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        data = None
+        return _lines(text)
+    return _document(data, json_source(text))
+
+
+def _document(data: Any, source: Source) -> Requests:
     if isinstance(data, dict) and "messages" in data:
-        return [data], True
+        return Requests([data], [""], [source], True)
     if isinstance(data, dict) and isinstance(data.get("requests"), list):
-        return [_request(r, i) for i, r in enumerate(data["requests"])], False
-    if isinstance(data, list):
-        return [_request(r, i) for i, r in enumerate(data)], False
-    requests = []
+        items, base = data["requests"], ".requests"
+    elif isinstance(data, list):
+        items, base = data, ""
+    else:
+        raise InputError("no chat request found (no messages)")
+    found = [_request(item, i) for i, item in enumerate(items)]
+    return Requests([body for body, _ in found],
+                    [f"{base}[{i}]{inner}" for i, (_, inner) in enumerate(found)],
+                    [source] * len(found), False)
+
+
+def _lines(text: str) -> Requests:
+    bodies, prefixes, sources = [], [], []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            requests.append(_request(json.loads(line), number))
+            body, inner = _request(json.loads(line), number)
         except json.JSONDecodeError as exc:
             raise InputError(f"line {number}: not JSON ({exc.msg})") from None
-    if not requests:
+        bodies.append(body)
+        prefixes.append(inner)
+        sources.append(json_source(line, first_line=number))
+    if not bodies:
         raise InputError("no chat request found")
-    return requests, False
+    return Requests(bodies, prefixes, sources, False)
 
 
-def _request(value: Any, where: int) -> dict[str, Any]:
+def _request(value: Any, where: int) -> tuple[dict[str, Any], str]:
+    """A chat request and its path inside the item (``.body``, ``.request`` or none)."""
     if isinstance(value, dict):
         for key in ("body", "request"):
             if isinstance(value.get(key), dict) and "messages" in value[key]:
-                return value[key]
+                return value[key], f".{key}"
         if isinstance(value.get("messages"), list):
-            return value
+            return value, ""
     raise InputError(f"item {where}: not a chat request (no messages)")
+
+
+def tokenizer_name(folder: str | None) -> str | None:
+    """The tokenizer's own name (``name_or_path`` in its config), else None."""
+    if folder is None:
+        return None
+    if folder == bundled_qwen_tokenizer_dir():
+        return BUNDLED
+    for config in ("tokenizer_config.json", "config.json"):
+        try:
+            with open(os.path.join(folder, config), encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        for key in ("name_or_path", "_name_or_path"):
+            if isinstance(data.get(key), str) and data[key]:
+                return str(data[key])
+    return None
 
 
 def build_linter(tokenizer: str | None, model: str | None, now: float | None) -> Linter:
     folder = tokenizer or bundled_qwen_tokenizer_dir()
     renderer = load_renderer(folder)
     encoder = HFEncoder(folder) if folder else ByteEncoder()
-    name = model or (os.path.basename(os.path.normpath(folder)) if folder else "bytes")
     clock = (lambda: now) if now is not None else None
-    return Linter(name, renderer, TokenMap(encoder), read_template(folder), Detector(),
-                  ClockProbe(), **({"clock": clock} if clock else {}))
+    return Linter(model or tokenizer_name(folder), renderer, TokenMap(encoder),
+                  read_template(folder), Detector(), ClockProbe(),
+                  **({"clock": clock} if clock else {}))
+
+
+# -- linting and placing ---------------------------------------------------------------------
+
+
+def lint_file(linter: Linter, name: str, block_size: int) -> Linted:
+    if name == "-":
+        text = sys.stdin.read()
+    else:
+        with open(name, encoding="utf-8") as handle:
+            text = handle.read()
+    requests = read_requests(text, name)
+    report: LintReport | BatchReport
+    if requests.single:
+        single = linter.lint(requests.bodies[0], block_size)
+        report, singles = single, [single]
+    else:
+        batch = BatchLinter(linter, Atomizer()).lint(requests.bodies, block_size)
+        report, singles = batch, list(batch.reports)
+    located = [_place(name, requests, index, finding)
+               for index, single in enumerate(singles) for finding in single.findings]
+    if isinstance(report, BatchReport):
+        located += [_place(name, requests, group.requests[0], finding)
+                    for group in report.groups for finding in group.findings]
+    return Linted(name, report, located)
+
+
+def _place(name: str, requests: Requests, index: int, finding: Finding) -> Located:
+    source, prefix = requests.sources[index], requests.prefixes[index]
+    path = join(prefix, finding.path)
+    line, column = source.locate(path, finding.start)
+    end_line, end_column = source.locate(path, max(finding.start, finding.end))
+    return Located(name, finding, line, column, end_line, max(end_column, column))
 
 
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         now = dt.datetime.fromisoformat(args.now).timestamp() if args.now else None
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as handle:
-                text = handle.read()
-        requests, single = read_requests(text)
         linter = build_linter(args.tokenizer, args.model, now)
-        if single:
-            report: LintReport | BatchReport = linter.lint(requests[0], args.block_size)
-        else:
-            report = BatchLinter(linter, Atomizer()).lint(requests, args.block_size)
-    except (OSError, ValueError, RenderError) as exc:  # InputError is a ValueError
+    except (OSError, ValueError, RenderError) as exc:
         print(f"prefixgate lint: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False, indent=2))
+        return FAILED
+    linted: list[Linted] = []
+    status = OK
+    for name in args.files:
+        try:
+            linted.append(lint_file(linter, name, args.block_size))
+        except (OSError, ValueError, RenderError) as exc:  # InputError is a ValueError
+            print(f"prefixgate lint: {name}: {exc}", file=sys.stderr)
+            status = FAILED
+    if status == OK and any(item.report.warnings for item in linted):
+        status = WARNINGS
+    try:
+        for chunk in render(linted, args.format):
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (``| head``): nothing more to say, and Python must not say it
+        # either when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return status
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def render(linted: list[Linted], form: str) -> Iterator[str]:
+    if form == "sarif":
+        located = [item for file in linted for item in file.located]
+        yield json.dumps(sarif_log(located, gateway_version()), ensure_ascii=False,
+                         indent=2) + "\n"
+    elif form == "json":
+        if len(linted) == 1:
+            yield json.dumps(_json(linted[0]), ensure_ascii=False, indent=2) + "\n"
+        else:
+            yield json.dumps({"object": "prompt.lint.files",
+                              "files": [{"file": f.name, **_json(f)} for f in linted]},
+                             ensure_ascii=False, indent=2) + "\n"
     else:
-        print(render_text(report, args.file))
-    return 1 if report.warnings else 0
+        for file in linted:
+            yield render_text(file) + "\n"
 
 
-def render_text(report: LintReport | BatchReport, name: str) -> str:
+def _json(file: Linted) -> dict[str, Any]:
+    out = file.report.to_json()
+    places = iter(file.located)
+    for request in out.get("requests", [out]):
+        for finding in request["findings"]:
+            finding["location"] = _where(next(places))
+    for group in out.get("groups", []):
+        for finding in group["findings"]:
+            finding["location"] = _where(next(places))
+    return out
+
+
+def _where(item: Located) -> dict[str, int | str]:
+    return {"file": item.file, "line": item.line, "column": item.column,
+            "end_line": item.end_line, "end_column": item.end_column}
+
+
+def render_text(file: Linted) -> str:
+    report, name = file.report, file.name
+    places = iter(file.located)
     lines: list[str] = []
-    if isinstance(report, LintReport):
-        _report_lines(report, name, lines)
-    else:
-        for index, single in enumerate(report.reports):
-            if single.findings:
-                _report_lines(single, f"{name} request {index}", lines)
+    singles = [report] if isinstance(report, LintReport) else list(report.reports)
+    for index, single in enumerate(singles):
+        if isinstance(report, LintReport) or single.findings:
+            label = name if isinstance(report, LintReport) else f"{name} request {index}"
+            _report_lines(single, label, places, lines)
+    if isinstance(report, BatchReport):
         for group in report.groups:
             lines.append(f"group of {len(group.requests)} request(s) [{group.shape}]: "
                          f"{group.common_prefix_tokens} tokens in common, "
@@ -137,27 +306,29 @@ def render_text(report: LintReport | BatchReport, name: str) -> str:
                 lines.append(f"  varies   {span.kind:<10} {span.path}:{span.start}-{span.end}"
                              f"  token {span.token_start}  {span.distinct} values: {examples}")
             for finding in group.findings:
-                lines.extend(_finding_lines(finding))
+                lines.extend(_finding_lines(finding, next(places)))
     warnings = report.warnings
-    lines.append(f"{warnings} warning(s)" + (": these break prefix caching" if warnings else
-                                             ": nothing breaks prefix caching"))
+    lines.append(f"{name}: {warnings} warning(s)" + (
+        ": these break prefix caching" if warnings else ": nothing breaks prefix caching"))
     return "\n".join(lines)
 
 
-def _report_lines(report: LintReport, name: str, lines: list[str]) -> None:
+def _report_lines(report: LintReport, name: str, places: Iterator[Located],
+                  lines: list[str]) -> None:
     lines.append(f"{name}: {report.prompt_tokens} prompt tokens; cacheable prefix "
                  f"{report.cacheable_prefix_tokens} tokens, "
                  f"{report.cacheable_prefix_tokens_if_fixed} if fixed "
                  f"(KV block {report.block_size})")
     for finding in report.findings:
-        lines.extend(_finding_lines(finding))
+        lines.extend(_finding_lines(finding, next(places)))
 
 
-def _finding_lines(finding: Finding) -> list[str]:
+def _finding_lines(finding: Finding, where: Located) -> list[str]:
     token = f"token {finding.token_start}" if finding.token_start is not None else "token ?"
     text = finding.text if len(finding.text) <= 60 else finding.text[:59] + "…"
-    head = (f"  {finding.severity:<8} {finding.kind:<16} {finding.path}:{finding.start}-"
-            f"{finding.end}  {token}  {text!r}")
+    head = (f"{where.file}:{where.line}:{where.column}: {finding.severity:<8} "
+            f"{finding.kind:<16} {finding.path}:{finding.start}-{finding.end}  {token}  "
+            f"{text!r}")
     body = finding.suggestion + (f" ({finding.detail})" if finding.detail else "")
     return [head] + textwrap.wrap(body, width=96, initial_indent=" " * 11,
                                   subsequent_indent=" " * 11)

@@ -35,6 +35,7 @@ from .identifiers import Identifiers
 from .model import Hit
 from .normalize import Folder
 from .patterns import COUNTER_LITERALS, CUE_LITERALS, MONTHS, NAME_LITERALS, PatternSet
+from .people import PersonNames
 from .spans import TEMPORAL, longest_wins, merge, pieces
 from .windows import (
     TOKEN_CHARS,
@@ -68,10 +69,11 @@ COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
 
 
 class Detector:
-    def __init__(self) -> None:
+    def __init__(self, people: PersonNames | None = None) -> None:
         self.patterns = PatternSet()
         self.ids = Identifiers()
         self.folder = Folder()
+        self.people = people or PersonNames()
 
     def scan(self, text: str, now: float) -> list[Hit]:
         if not text:
@@ -81,6 +83,7 @@ class Detector:
         today = dt.datetime.fromtimestamp(now, dt.UTC).date()
         hits = list(self._digit_hits(t, now, today))
         hits.extend(self._literal_hits(t, today))
+        hits.extend(self.people.scan(t))
         hits = longest_wins(hits)
         hits = longest_wins(hits + list(self._adjacent_weekdays(t, hits)))
         hits = self._context(t, self._compose(t, hits))
@@ -185,6 +188,9 @@ class Detector:
                 found += [ids.nonce(m) for m in p.nonce.finditer(t, a, b)]
             if (dash or "_" in w) and (window.tokenish or window.longest >= 6):
                 found += [self._prefixed(t, m) for m in p.prefixed_id.finditer(t, a, b)]
+            if window.tokenish or window.digits >= 4 or "#" in w:
+                found += [ids.record_id(m, self._record_cued(t, m.start()))
+                          for m in p.record_id.finditer(t, a, b)]
             if w.count(".") >= 3:
                 found += [ids.ipv4(m, text_before(t, m.start()), p.version_before)
                           for m in p.ipv4.finditer(t, a, b)]
@@ -205,6 +211,9 @@ class Detector:
         if hit is None:
             return None
         return Hit(hit.kind, before.start(), match.end(), hit.confidence, hit.detail)
+
+    def _record_cued(self, t: str, start: int) -> bool:
+        return self.patterns.record_cue.search(t, max(0, start - 32), start) is not None
 
     def _not_version(self, t: str, match: re.Match[str], hit: Hit | None) -> Hit | None:
         if hit is not None and self.patterns.version_before.search(text_before(t, match.start())):

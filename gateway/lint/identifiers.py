@@ -18,6 +18,7 @@ import json
 import re
 
 from .model import Hit
+from .patterns import STANDARD_PREFIXES
 
 ROLE_MAILBOXES = frozenset(
     ["support", "help", "info", "sales", "contact", "noreply", "no-reply", "donotreply", "admin", "billing", "security", "privacy", "team", "hello", "feedback", "press", "careers", "jobs", "legal", "abuse", "postmaster", "webmaster", "service", "customerservice", "care", "office", "enquiries", "inquiries", "accounts", "orders", "returns"])
@@ -29,6 +30,9 @@ TOLL_FREE_PREFIXES = ("400", "800", "0120", "0800", "0570", "+1800", "+1888", "+
 DOC_NETWORKS = ("192.0.2.", "198.51.100.", "203.0.113.")
 SESSION_PREFIXES = frozenset({"sess", "session", "conv", "thread"})
 SECRET_PREFIXES = frozenset({"sk", "pk", "key"})
+RECORD_PREFIXES = frozenset({"ord", "order", "inv", "acct", "cus", "sub", "txn"})
+"""Prefixes of a business record's number (``INV-000731``): a ``record_id``, unless the body
+is random (then the id was minted per request)."""
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 ULID_WINDOW_DAYS = 5 * 365
@@ -115,8 +119,32 @@ class Identifiers:
             return None
         if prefix in SECRET_PREFIXES:
             return Hit("nonce", 0, 0, 0.85, "secret-looking key")
+        if prefix in RECORD_PREFIXES and not self.looks_random(body, 8):
+            return Hit("record_id", 0, 0, 0.9, f"{prefix} number")
         kind = "session_id" if prefix in SESSION_PREFIXES else "request_id"
         return Hit(kind, 0, 0, 0.9, f"{prefix} id")
+
+    def record_id(self, match: re.Match[str], cued: bool) -> Hit | None:
+        """An order, account or ticket number: ``ORD-2024-88812``, ``A7F3K9``, ``#48213``,
+        or any value with a digit after a cue word ("order", "账号", "会員番号")."""
+        text = match["id"]
+        start, end = match.span("id")
+        digits = sum(c.isdigit() for c in text)
+        letters = sum(c.isalpha() for c in text)
+        if text.startswith("#"):
+            if len(text) >= 5 or cued:
+                return Hit("record_id", start, end, 0.9 if cued else 0.7, "number after #")
+            return None
+        if cued and digits and len(text) >= 4:
+            return Hit("record_id", start, end, 0.85, "after an id cue")
+        groups = [g for g in re.split(r"[-_/]", text) if g]
+        if (len(groups) >= 2 and groups[0].isalpha() and groups[0].upper() not in STANDARD_PREFIXES
+                and all(any(c.isdigit() for c in g) for g in groups[1:]) and digits >= 5):
+            return Hit("record_id", start, end, 0.8, f"{groups[0]}- id")
+        if (text.isalnum() and text.upper() == text and 5 <= len(text) <= 24
+                and digits >= 2 and letters >= 2 and len(self._segments.findall(text)) >= 4):
+            return Hit("record_id", start, end, 0.7, "letter-digit code")
+        return None
 
     def jwt(self, match: re.Match[str]) -> Hit | None:
         head, payload, _ = match.group(0).split(".", 2)

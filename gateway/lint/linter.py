@@ -14,8 +14,11 @@
 Severity: ``warning`` for a likely-dynamic span (confidence >= 0.5) in the
 stable prefix (system prompt, tools, earlier turns): it ends the part of the
 prompt a later request can reuse. ``info`` in the final turn (new on every
-request anyway), for low-confidence hits, and for hygiene issues that only
-break the cache when another request differs (Unicode, key order).
+request anyway), for a person's own details in earlier turns (a name, an
+order number the user typed: that conversation's next turn reuses them, and
+no other conversation shares those turns), for low-confidence hits, and for
+hygiene issues that only break the cache when another request differs
+(Unicode, key order).
 
 ``cacheable_prefix_tokens`` = tokens before the first warning, and before the
 final turn, rounded down to whole KV blocks; ``..._if_fixed`` the same with
@@ -57,8 +60,13 @@ class Analysis:
     report: LintReport
 
 
-def severity(region: str, confidence: float) -> Severity:
-    return "warning" if region != "final" and confidence >= WARN_CONFIDENCE else "info"
+PERSONAL_KINDS = frozenset({"name", "email", "phone", "record_id"})
+
+
+def severity(region: str, confidence: float, kind: str = "") -> Severity:
+    if region == "final" or confidence < WARN_CONFIDENCE:
+        return "info"
+    return "info" if region == "history" and kind in PERSONAL_KINDS else "warning"
 
 
 def floor_blocks(tokens: int, block_size: int) -> int:
@@ -73,7 +81,7 @@ class FieldLinter:
 
     def field_findings(self, field: TextField, now: float) -> list[Finding]:
         out = [Finding(hit.kind, field.text[hit.start:hit.end], field.path, hit.start, hit.end,
-                       severity(field.region, hit.confidence), hit.confidence,
+                       severity(field.region, hit.confidence, hit.kind), hit.confidence,
                        suggestion(hit.kind, field.region), detail=hit.detail)
                for hit in self.detector.scan(field.text, now)]
         out.extend(unicode_findings(field))
@@ -93,7 +101,7 @@ class FieldLinter:
 
 
 class Linter(FieldLinter):
-    def __init__(self, model: str, renderer: Renderer | None, tokens: TokenMap,
+    def __init__(self, model: str | None, renderer: Renderer | None, tokens: TokenMap,
                  template: TemplateSource, detector: Detector, probe: ClockProbe,
                  clock: Callable[[], float] = time.time) -> None:
         super().__init__(detector)
@@ -145,7 +153,7 @@ class Linter(FieldLinter):
         return Analysis(body, fields, rendered, layout, prompt, stable_tokens, report)
 
 
-def make_report(model: str, block_size: int, prompt_tokens: int, stable_tokens: int,
+def make_report(model: str | None, block_size: int, prompt_tokens: int, stable_tokens: int,
                 findings: list[Finding]) -> LintReport:
     first_warning = min((f.token_start if f.token_start is not None else stable_tokens
                          for f in findings if f.severity == "warning"), default=stable_tokens)

@@ -57,7 +57,8 @@ class Finding:
 class LintReport:
     """The lint of one request."""
 
-    model: str
+    model: str | None
+    """The model (or tokenizer) linted for; None when the CLI could not tell."""
     block_size: int
     prompt_tokens: int
     cacheable_prefix_tokens: int
@@ -145,8 +146,25 @@ class BatchReport:
 
 
 @dataclass(frozen=True, slots=True)
+class SpanSample:
+    """One changed span of a drift: its length and a keyed hash; its text only when the
+    operator turned on text samples (``lint.text_samples``)."""
+
+    chars: int
+    hash: str
+    """Keyed per gateway process: equal spans hash equal, a guess cannot be checked."""
+    text: str | None = None
+
+    def to_json(self, include_text: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"chars": self.chars, "hash": self.hash}
+        if include_text and self.text is not None:
+            out["text"] = self.text
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class DriftEvent:
-    """A group's stable prefix suddenly shortened: which span changed, old and new text."""
+    """A group's stable prefix suddenly shortened: where, by how much, which span changed."""
 
     at: float
     """Unix time."""
@@ -162,16 +180,18 @@ class DriftEvent:
     share_before: float
     """Mean share of the prefix that the previous request repeated, before the change."""
     share_after: float
-    old_text: str
-    new_text: str
-    new_text_other: str
+    before: SpanSample
+    """The changed span in the last request of the good regime."""
+    now: SpanSample
+    now_other: SpanSample
     """The same span in another request after the change: the two differ."""
     kind: str
     """What the new span looks like (a detector kind, or ``text``)."""
     lost_chars: int = 0
     lost_tokens: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, include_text: bool = False) -> dict[str, Any]:
+        """No prompt text unless ``include_text`` (and the samples were kept)."""
         return {"at": self.at, "model": self.model, "group": self.group, "path": self.path,
                 "offset": self.offset, "kind": self.kind,
                 "stable_chars_before": self.stable_chars_before,
@@ -179,8 +199,9 @@ class DriftEvent:
                 "share_before": round(self.share_before, 3),
                 "share_after": round(self.share_after, 3),
                 "lost_tokens": self.lost_tokens,
-                "old_text": self.old_text, "new_text": self.new_text,
-                "new_text_other": self.new_text_other}
+                "before": self.before.to_json(include_text),
+                "now": self.now.to_json(include_text),
+                "now_other": self.now_other.to_json(include_text)}
 
 
 @dataclass(frozen=True, slots=True)

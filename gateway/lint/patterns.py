@@ -78,6 +78,20 @@ COUNTER_LITERALS = ("#", "remaining", "left", "used", "balance", "credit", "quot
                     "number", "no.", "count", "index", "today", "you have",
                     "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り")
 
+RECORD_CUES = (
+    "order|account|acct|ticket|case|invoice|booking|reservation|confirmation|tracking|policy"
+    "|claim|membership|member|customer|loyalty|reference|ref|transaction|txn|shipment|parcel"
+    "|contract|subscription|card|application|incident|loan|patient|employee|student|user")
+"""Words before an order, account or ticket number ("order ORD-2024-88812", "Ticket #4821")."""
+CJK_RECORD_CUES = (
+    "订单号|订单|账号|账户|帐号|帳號|工单|单号|会员号|会员卡号|卡号|客户编号|编号|流水号|合同号"
+    "|保单号|预订号|运单号|快递单号|注文番号|会員番号|お問い合わせ番号|予約番号|口座番号|伝票番号"
+    "|管理番号|受付番号|顧客番号|チケット番号|注文ID")
+STANDARD_PREFIXES = frozenset(
+    ["ISO", "RFC", "CVE", "CWE", "PEP", "UTF", "SHA", "MD", "ECMA", "IEEE", "EN", "DIN", "JIS", "GB", "ANSI", "COVID", "HTTP", "TLS", "SSL", "IPV", "X", "MP", "H", "ES", "TS", "PY", "CP", "WIN", "AES", "RSA", "ISBN", "ISSN", "GPT", "LLAMA", "QWEN", "BERT", "T5", "GDPR", "HIPAA", "SOC", "PCI", "NIST", "FIPS", "OWASP", "E", "IP", "W3C", "ASCII", "USB", "PCIE", "DDR", "LTE", "NR", "AVX", "SSE", "ARM"])
+"""Prefixes of standards and model families: ``ISO-8601``, ``RFC-9110``, ``CVE-2024-3094``
+name one fixed document, the same in every request."""
+
 _A = "A-Za-z0-9"
 """ASCII alphanumerics: the boundary class of most patterns (CJK text around is fine)."""
 
@@ -248,6 +262,14 @@ class PatternSet:
             (?P<name>[\u4e00-\u9fff\u30a0-\u30ff]{2,8}?)(?=\s?(?:様|さん|です|。|、|\n|$))
             |(?<![\u4e00-\u9fff\u30a0-\u30ffお])(?P<name2>[\u4e00-\u9fff]{2,4})(?=様|さん)""",
                                   flags)
+        self.record_id = re.compile(
+            r"(?<![A-Za-z0-9_#&/.-])(?P<id>\#[0-9]{3,12}"
+            r"|[A-Za-z0-9](?:[A-Za-z0-9]|[-_/](?=[A-Za-z0-9])){3,39})"
+            r"(?![A-Za-z0-9_#-]|[./][A-Za-z0-9])")
+        self.record_cue = re.compile(rf"""
+            (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:\ (?i:id|no\.?|number|num|code|ref))?
+               (?:\ (?i:is))?\ ?[:=\#]?\ ?
+              |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
         self.time_range_after = re.compile(r"\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}[0-9]")
         self.time_range_before = re.compile(r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}$")
         self.temporal_gap = re.compile(

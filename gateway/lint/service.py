@@ -15,7 +15,16 @@ state as ``state.lint``.
   ``GET /admin/drift``. When more than ``offload_chars`` of new text must be
   looked at, the work goes to a worker thread. Returns the warning count for
   the ``x-prefixgate-lint`` header.
-* ``top_findings`` and ``drift_events`` feed the ops dashboard.
+* ``top_findings`` and ``drift_events`` feed the ops dashboard;
+  ``drift_report`` is ``GET /admin/drift``.
+
+No prompt text leaves the service by default: a drift is logged and
+reported as positions, lengths and keyed hashes (``SpanSample``), and what a
+group learned as offsets, lengths and counts. With ``text_samples`` (the
+``lint.text_samples`` setting) the changed spans' text is kept too, and
+shown only where the caller passes ``include_text=True`` (the route does so
+for admin keys). The hashes are keyed with a random key per process, so a
+guess of a value cannot be checked against one.
 
 Nothing here may fail a request: ``check`` logs and returns None instead.
 """
@@ -23,7 +32,9 @@ Nothing here may fail a request: ``check`` logs and returns None instead.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
+import secrets
 import threading
 import time
 from collections import deque
@@ -44,7 +55,7 @@ from .detect import Detector
 from .drift import Drift, DriftSettings
 from .groups import Group, GroupTable, Prefix
 from .linter import FieldLinter, Linter
-from .model import BatchReport, DriftEvent, Finding, FindingStat, LintReport
+from .model import BatchReport, DriftEvent, Finding, FindingStat, LintReport, SpanSample
 from .structure import TextField, text_fields, tool_names
 from .suggest import suggestion
 from .template import ClockProbe, TemplateSource, read_template
@@ -68,6 +79,9 @@ class LintLimits:
     learn: bool = True
     """Live learning: group each app's requests, learn the spans that vary, report
     prefix drift. Off, each request is linted on its own (patterns only)."""
+    text_samples: bool = False
+    """Keep the text of drifted and varying spans for admin callers (off: lengths and
+    hashes only)."""
 
 
 class LintService:
@@ -96,6 +110,7 @@ class LintService:
         self._stats: dict[str, int] = {}
         self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
         self._lock = threading.Lock()
+        self._sample_key = secrets.token_bytes(16)
 
     # -- the endpoint ------------------------------------------------------------------------
 
@@ -135,7 +150,11 @@ class LintService:
     async def check(self, model: str, body: Mapping[str, Any], tenant: str | None) -> int | None:
         try:
             fields = [f for f in text_fields(body) if f.region != "final"]
-            if self._pending_chars(model, fields) > self.limits.offload_chars:
+            pending = self._pending_chars(model, fields)
+            if pending > self.limits.offload_chars or (pending and any(
+                    self.detector.people.needs_loading(f.text) for f in fields)):
+                # Long new text, or the first of a script whose name dictionary is not
+                # loaded yet (jieba: about a second): off the event loop.
                 return await asyncio.to_thread(self.check_now, model, body, tenant, fields, True)
             return self.check_now(model, body, tenant, fields, False)
         except Exception:  # the linter must never fail a request
@@ -237,8 +256,8 @@ class LintService:
             offset=drift.offset - (prefix.offset_of(prefix.path_at(drift.offset)) or 0),
             stable_chars_before=drift.stable_before, stable_chars_after=drift.stable_after,
             share_before=drift.share_before, share_after=drift.share_after,
-            old_text=drift.old_text, new_text=drift.new_text,
-            new_text_other=drift.new_text_other, kind=kind, lost_chars=lost,
+            before=self.sample(drift.old_text), now=self.sample(drift.new_text),
+            now_other=self.sample(drift.new_text_other), kind=kind, lost_chars=lost,
             lost_tokens=self._tokens(group.model, drift.lost_text))
         with self._lock:
             self._events.append(event)
@@ -246,10 +265,18 @@ class LintService:
             self.metrics.prefix_drift_events.labels(group.model).inc()
         log.warning("prefix drift in group %s (model %s): requests now differ at %s "
                     "(offset %d, %s); stable prefix %d -> %d chars, share %.0f%% -> %.0f%%; "
-                    "before: %r; now: %r and %r", group.id, group.model, event.path,
-                    event.offset, kind, drift.stable_before, drift.stable_after,
-                    drift.share_before * 100, drift.share_after * 100, drift.old_text,
-                    drift.new_text, drift.new_text_other)
+                    "changed span %d chars (hash %s), now %d and %d chars (hashes %s, %s)",
+                    group.id, group.model, event.path, event.offset, kind,
+                    drift.stable_before, drift.stable_after, drift.share_before * 100,
+                    drift.share_after * 100, event.before.chars, event.before.hash,
+                    event.now.chars, event.now_other.chars, event.now.hash,
+                    event.now_other.hash)
+
+    def sample(self, text: str) -> SpanSample:
+        """A span as reports show it: its length, a keyed hash, its text only when kept."""
+        digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8,
+                                 key=self._sample_key).hexdigest()
+        return SpanSample(len(text), digest, text if self.limits.text_samples else None)
 
     def _tokens(self, model: str, text: str) -> int | None:
         if not text:
@@ -282,16 +309,33 @@ class LintService:
         with self._lock:
             return list(self._events)[-n:][::-1]
 
-    def group_summaries(self, n: int = 20) -> list[dict[str, Any]]:
+    def drift_report(self, include_text: bool = False) -> dict[str, Any]:
+        """``GET /admin/drift``: events and what each group learned; text only when
+        ``include_text`` and ``text_samples`` both allow it."""
+        return {"text_samples": self.limits.text_samples and include_text,
+                "events": [e.to_json(include_text) for e in self.drift_events(100)],
+                "groups": self.group_summaries(20, include_text)}
+
+    def group_summaries(self, n: int = 20, include_text: bool = False) -> list[dict[str, Any]]:
         out = []
+        show = include_text and self.limits.text_samples
         for group in self.groups.snapshot()[:n]:
             if not group.lock.acquire(blocking=False):
                 continue
             try:
+                varying = [self._varying(slot, show) for slot in group.varying()]
                 out.append({"group": group.id, "model": group.model, "shape": group.shape,
-                            "requests": group.seen, "varying": group.varying()})
+                            "requests": group.seen, "varying": varying})
             finally:
                 group.lock.release()
+        return out
+
+    def _varying(self, slot: dict[str, Any], show: bool) -> dict[str, Any]:
+        text, examples = str(slot["text"]), list(slot["examples"])
+        out = {"offset": slot["offset"], **self.sample(text).to_json(False),
+               "examples": [self.sample(str(e)).to_json(False) for e in examples]}
+        if show:
+            out["text"], out["example_texts"] = text, examples
         return out
 
 

@@ -15,7 +15,7 @@ from .model import Hit
 TEMPORAL = frozenset({"timestamp", "date", "time", "weekday"})
 PRIORITY = {kind: rank for rank, kind in enumerate((
     "jwt", "uuid", "ulid", "timestamp", "date", "epoch", "time", "email", "ip", "phone",
-    "request_id", "session_id", "relative_time", "counter", "name", "weekday", "nonce"))}
+    "request_id", "session_id", "record_id", "relative_time", "counter", "name", "weekday", "nonce"))}
 
 
 def pieces(chain: list[Hit]) -> set[str]:

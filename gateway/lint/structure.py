@@ -28,6 +28,9 @@ from .model import Finding
 from .suggest import suggestion
 
 Region = Literal["system", "tools", "history", "final"]
+MAX_DEPTH = 64
+"""Deepest nesting of a tool the linter walks; deeper values are not looked into (and
+``/v1/prompt/lint`` refuses such a body)."""
 ZERO_WIDTH = ("\u200b", "\u200c", "\u200d", "\u2060", "\u180e")
 NO_BREAK_SPACES = ("\u00a0", "\u202f", "\u2007")
 
@@ -107,15 +110,35 @@ def message_text(message: Any) -> str:
         return ""
 
 
-def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+def deeper_than(value: Any, depth: int) -> bool:
+    """Whether ``value`` nests containers more than ``depth`` levels (iterative: any depth)."""
+    stack = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level >= depth:
+            return True
+        stack.extend((child, level + 1) for child in children
+                     if isinstance(child, (Mapping, list)))
+    return False
+
+
+def _strings(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
         yield path, value
+    elif depth >= MAX_DEPTH:
+        return
     elif isinstance(value, Mapping):
         for key, item in value.items():
-            yield from _strings(item, f"{path}.{key}")
+            yield from _strings(item, f"{path}.{key}", depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _strings(item, f"{path}[{index}]")
+            yield from _strings(item, f"{path}[{index}]", depth + 1)
 
 
 # -- Unicode ----------------------------------------------------------------------------
@@ -216,14 +239,14 @@ def tool_findings(tools: Any) -> list[Finding]:
     return out
 
 
-def _key_orders(value: Any, path: str) -> Iterator[tuple[str, tuple[str, ...]]]:
-    if isinstance(value, Mapping):
+def _key_orders(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, tuple[str, ...]]]:
+    if isinstance(value, Mapping) and depth < MAX_DEPTH:
         if len(value) > 1:
             yield path, tuple(str(k) for k in value)
         for key, item in value.items():
             if key in ("properties",):
                 continue  # property names are the tool's own, not a serializer's order
-            yield from _key_orders(item, f"{path}.{key}")
+            yield from _key_orders(item, f"{path}.{key}", depth + 1)
 
 
 def _tool_name(tool: Any) -> str:

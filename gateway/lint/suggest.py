@@ -19,6 +19,8 @@ SUGGESTIONS: dict[str, str] = {
     "request_id": "A request id is unique per request: drop it from the prompt (send it as "
                   "the x-request-id header).",
     "session_id": f"A session id differs between sessions: drop it, or {MOVE}.",
+    "record_id": "An order, account or ticket number belongs to one user or one "
+                 f"conversation: {MOVE}, so that all of them share the cached prefix.",
     "jwt": "A token (JWT) in the prompt is unique and a secret: drop it.",
     "email": f"Per-user detail: {MOVE}, so that all users share the cached prefix.",
     "ip": f"Per-client detail: drop it, or {MOVE}.",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -29,7 +30,8 @@ async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncCl
                  "health_interval": 3600.0, **settings}
     app = create_app(load_settings(overrides=overrides, env={}),
                      transport=lambda rid: replica.transport())
-    async with LifespanManager(app) as manager, httpx.AsyncClient(
+    # Start-up loads the tokenizer: slow on a busy machine, so more than the default 5 s.
+    async with LifespanManager(app, startup_timeout=60) as manager, httpx.AsyncClient(
             transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
         yield client
 
@@ -93,6 +95,20 @@ async def test_lint_endpoint_errors(qwen_dir: str) -> None:
     assert empty.status_code == 400
 
 
+async def test_deeply_nested_tools_are_a_400(qwen_dir: str) -> None:
+    deep = '{"items": ' * 1000 + '"leaf"' + "}" * 1000  # deeper than json.dumps can write
+    tools = '[{"type": "function", "function": {"name": "f", "parameters": ' + deep + "}}]"
+    chat = json.dumps(CHAT)[:-1] + ', "tools": ' + tools + "}"
+    async with gateway(qwen_dir) as client:
+        answer = await client.post("/v1/prompt/lint", content=chat)
+        batch = await client.post("/v1/prompt/lint", content='{"requests": [' + chat + "]}")
+        fine = await client.post("/v1/prompt/lint", json={**CHAT, "tools": [
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
+    assert answer.status_code == 400 and answer.json()["error"]["param"] == "tools"
+    assert "nested deeper than" in answer.json()["error"]["message"]
+    assert batch.status_code == 400 and fine.status_code == 200
+
+
 async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
     policy = "You are the assistant of Acme Travel. Refunds within 24 hours. " * 6
     async with gateway(qwen_dir) as client:
@@ -105,12 +121,18 @@ async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
                 **CHAT, "messages": [{"role": "system",
                                       "content": f"Request {i:04d}-{i * 37:05d}. " + policy},
                                      {"role": "user", "content": "q"}]})
+
+        async def drifted() -> bool:  # the linter looks at a request once it has left
+            seen = (await client.get("/admin/drift")).json()
+            return bool(seen["events"]) and seen["groups"][0]["requests"] == 20
+        await eventually_async(drifted, what="the drift reported")
         drift = (await client.get("/admin/drift")).json()
         ops = (await client.get("/admin/replicas")).json()
         metrics = (await client.get("/metrics")).text
     [event] = drift["events"]
     assert event["path"] == "messages[0].content" and event["offset"] == 0
-    assert event["old_text"] == "" and event["new_text"].startswith("Request 00")
+    assert event["before"]["chars"] == 0 and event["now"]["chars"] == len("Request 0005-00185.")
+    assert "Request" not in str(drift) and "Acme" not in str(drift)  # no prompt text
     assert drift["groups"][0]["requests"] == 20
     assert ops["drift_events"][0]["kind"] == "system_prompt"
     assert "Request" not in str(ops["drift_events"])  # no prompt text on the dashboard

@@ -1,11 +1,15 @@
-"""``prefixgate lint FILE`` as a CI gate: exit status, formats, output."""
+"""``prefixgate lint FILE...`` as a CI gate: exit status, formats, places, pipes, hooks."""
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gateway.cli import main
 
@@ -17,6 +21,7 @@ CLEAN = {"messages": [
     {"role": "system", "content": "You are a release-notes writer. Be precise and short. " * 3},
     {"role": "user", "content": "Summarize the changes of 2026-11-30."}]}
 NOW = ["--now", "2026-11-30T15:30:00+00:00"]
+ROOT = str(Path(__file__).resolve().parents[3])
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, *args: str,
@@ -59,3 +64,124 @@ def test_unreadable_input_is_status_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert run(tmp_path, capsys, "not json\n{also not}")[0] == 2
     assert main(["lint", str(tmp_path / "missing.json")]) == 2
     assert "prefixgate lint:" in capsys.readouterr().err
+
+
+# -- many files, places, SARIF, pipes, pre-commit -------------------------------------------
+
+NAMED = {"messages": [
+    {"role": "system", "content": "Help the customer Maria Lopez with her order. Always be "
+                                  "polite, and keep answers short and precise."},
+    {"role": "user", "content": "Where is it?"}]}
+NAMED_YAML = """\
+messages:
+  - role: system
+    content: |
+      You are the assistant of Acme Travel, precise and kind to every traveller.
+      Help the customer Maria Lopez with her order today.
+  - role: user
+    content: "Where is it?"
+"""
+
+
+def write(tmp_path: Path, name: str, content: str) -> str:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8")
+    return str(path)
+
+
+def test_many_files_each_placed_at_line_and_column(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pretty = write(tmp_path, "named.json", json.dumps(NAMED, indent=2))
+    clean = write(tmp_path, "clean.json", json.dumps(CLEAN))
+    log = write(tmp_path, "log.jsonl", "\n".join(
+        json.dumps({"ts": i, "body": STAMPED}) for i in range(2)))
+    yml = write(tmp_path, "named.yaml", NAMED_YAML)
+    code = main(["lint", pretty, clean, log, yml, *NOW])
+    out = capsys.readouterr().out
+    assert code == 1
+    lines = Path(pretty).read_text().splitlines()
+    [(row, text)] = [(i, t) for i, t in enumerate(lines, 1) if "Maria" in t]
+    assert f"{pretty}:{row}:{text.index('Maria') + 1}: warning  name" in out
+    stamp = json.dumps({"ts": 0, "body": STAMPED}).index("2026-11-30")
+    assert f"{log}:1:{stamp + 1}: " in out and f"{log}:2:{stamp + 1}: " in out
+    yaml_line = NAMED_YAML.splitlines()[4]
+    assert f"{yml}:5:{yaml_line.index('Maria') + 1}: warning  name" in out
+    assert f"{clean}: 0 warning(s)" in out
+
+
+def test_an_unreadable_file_is_status_2_and_the_others_are_still_linted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = write(tmp_path, "named.json", json.dumps(NAMED))
+    bad = write(tmp_path, "package.json", json.dumps({"name": "web", "version": "1.0.0"}))
+    assert main(["lint", bad, good, *NOW]) == 2
+    captured = capsys.readouterr()
+    assert f"{bad}: no chat request found" in captured.err
+    assert f"{good}: 1 warning(s)" in captured.out
+
+
+def test_sarif_output_for_code_scanning(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    pretty = write(tmp_path, "named.json", json.dumps(NAMED, indent=2))
+    stamped = write(tmp_path, "stamped.json", json.dumps(STAMPED))
+    code = main(["lint", pretty, stamped, "--format", "sarif", *NOW])
+    log = json.loads(capsys.readouterr().out)
+    assert code == 1 and log["version"] == "2.1.0"
+    [run] = log["runs"]
+    rules = [rule["id"] for rule in run["tool"]["driver"]["rules"]]
+    results = {(r["ruleId"], r["level"]): r for r in run["results"]}
+    assert {"name", "date"} <= set(rules)
+    name = results[("name", "warning")]
+    region = name["locations"][0]["physicalLocation"]["region"]
+    lines = Path(pretty).read_text().splitlines()
+    assert lines[region["startLine"] - 1][region["startColumn"] - 1:
+                                          region["endColumn"] - 1] == "Maria Lopez"
+    assert "Maria" not in name["message"]["text"]  # the region points at it; no prompt text
+    assert rules[name["ruleIndex"]] == "name"
+    assert name["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].startswith(
+        "file://")
+
+
+def test_model_is_the_tokenizers_name_or_null(tmp_path: Path, qwen_dir: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    prompt = write(tmp_path, "clean.json", json.dumps(CLEAN))
+    main(["lint", prompt, "--json", *NOW])
+    assert json.loads(capsys.readouterr().out)["model"] == "Qwen3 (bundled)"
+    copy = tmp_path / "tok"
+    copy.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (copy / name).write_bytes((Path(qwen_dir) / name).read_bytes())
+    main(["lint", prompt, "--json", "--tokenizer", str(copy), *NOW])
+    assert json.loads(capsys.readouterr().out)["model"] is None
+    main(["lint", prompt, "--json", "--model", "Qwen/Qwen3-8B", *NOW])
+    assert json.loads(capsys.readouterr().out)["model"] == "Qwen/Qwen3-8B"
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """``prefixgate lint ... | head -1``: more output than a pipe holds, the reader gone."""
+    prompt = write(tmp_path, "named.json", json.dumps(NAMED))
+    command = [sys.executable, "-m", "gateway.cli", "lint", *[prompt] * 120, *NOW]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          cwd=ROOT) as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = process.stdout.readline()
+        process.stdout.close()
+        errors = process.stderr.read().decode()
+        code = process.wait(timeout=300)
+    assert first.startswith(prompt.encode())
+    assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+    assert code == 1
+
+
+def test_the_pre_commit_hook(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hooks = yaml.safe_load((Path(ROOT) / ".pre-commit-hooks.yaml").read_text())
+    hook = next(h for h in hooks if h["id"] == "prefixgate-lint")
+    assert hook["language"] == "python" and hook["entry"] == "prefixgate lint"
+    pattern = re.compile(hook["files"])
+    assert pattern.search("prompts/support.json") and pattern.search("app/prompt/a.yaml")
+    assert not pattern.search("package.json") and not pattern.search("prompts.py")
+    # pre-commit runs the entry with the matching files appended.
+    files = [write(tmp_path, "prompts/clean.json", json.dumps(CLEAN)),
+             write(tmp_path, "prompts/named.yaml", NAMED_YAML)]
+    assert main(hook["entry"].split()[1:] + files + NOW) == 1
+    assert "named.yaml:5:" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from gateway.hashers import HasherSet
 from gateway.lint.detect import Detector
 from gateway.lint.drift import DriftTracker
 from gateway.lint.model import Hit
-from gateway.lint.service import LintService
+from gateway.lint.service import LintLimits, LintService
 
 from .corpus import NOW
 
@@ -113,22 +114,44 @@ def test_unique_salt_and_changing_tool_order(service: LintService) -> None:
     assert {s.kind for s in service.top_findings()} == {"cache_salt", "tool_order"}
 
 
-def test_drift_is_reported_with_old_and_new_text(service: LintService) -> None:
+def drift_once(service: LintService) -> None:
     for i in range(14):
         service.check_now("qwen", chat(POLICY, f"question {i}"), "key")
     assert service.drift_events() == []
     for i in range(6):
         stamped = POLICY.replace("Rooms can", f"Now: 2026-11-30 15:{10 + i}:0{i}. Rooms can", 1)
         service.check_now("qwen", chat(stamped), "key")
+
+
+def test_drift_is_reported_by_place_length_and_hash(service: LintService,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="prefixgate.lint"):
+        drift_once(service)
     [event] = service.drift_events()
     assert event.path == "messages[0].content" and event.kind == "timestamp"
     assert event.offset == POLICY.index("Rooms can")
-    assert event.old_text == "" and event.new_text.startswith("Now: 2026-11-30 15:")
-    assert event.new_text != event.new_text_other
+    assert event.before.chars == 0 and event.now.chars == len("Now: 2026-11-30 15:15:05.")
+    assert event.now.hash != event.now_other.hash
     assert event.share_before > 0.9 and event.share_after < 0.6
     assert event.lost_tokens and event.lost_tokens > 50
-    json_event = event.to_json()
-    assert json_event["old_text"] == "" and json_event["model"] == "qwen"
+    report = service.drift_report(include_text=True)  # an admin, but samples are off
+    assert report["text_samples"] is False and "2026-11-30" not in str(report)
+    assert report["events"][0]["now"]["chars"] == event.now.chars
+    [line] = [r.getMessage() for r in caplog.records if "prefix drift" in r.getMessage()]
+    assert "2026-11-30" not in line and "Rooms" not in line and event.now.hash in line
+
+
+def test_text_samples_are_shown_only_when_on_and_asked_for(qwen_dir: str) -> None:
+    models = [ModelSettings(name="qwen", tokenizer=qwen_dir)]
+    service = LintService(HasherSet(models), models, clock=lambda: NOW,
+                          limits=LintLimits(text_samples=True))
+    drift_once(service)
+    hidden = service.drift_report(include_text=False)
+    shown = service.drift_report(include_text=True)
+    assert "2026-11-30" not in str(hidden)
+    assert shown["text_samples"] is True
+    assert shown["events"][0]["now"]["text"].startswith("Now: 2026-11-30 15:")
+    assert shown["events"][0]["before"]["chars"] == 0
 
 
 def test_a_one_off_prompt_change_is_not_drift() -> None:

@@ -1,0 +1,320 @@
+"""Find person names without a cue: "Help the customer Maria Lopez", "为客户王小明处理订单".
+
+The cue patterns of ``names`` see a name only after a phrase that announces
+one ("The user's name is", "用户：", "様"). This module finds names where the
+prompt just uses them, with a name resource per script, every one offline
+with its data inside the installed package:
+
+* Latin script: Faker's first- and last-name lists for the locales in
+  ``LATIN_LOCALES`` (about 6,800 first and 6,000 last names). A name is a
+  known first name followed by one or two known last names ("Maria Lopez",
+  "Maria Lopez Garcia", "Maria J. Lopez"), or any capitalised words after a
+  role or title ("the customer Maria", "patient John Smith", "Dr. Okafor").
+  First names that are also common words ("Grace", "Max", "Will") count only
+  after a role or title.
+* Chinese: jieba's part-of-speech tags; a word tagged ``nr`` (person) counts
+  when it starts with a common surname followed by a two-character given
+  name, or a one-character one with a title after it or a role before it
+  ("张伟经理", "联系人张伟"). jieba sees only windows around characters that
+  can start a surname (``ZH_MARGIN`` either side).
+  Brands that jieba tags as names ("华为") are two characters and so need
+  that context.
+* Japanese: MeCab (fugashi) with the IPA dictionary; a surname followed by a
+  given name (both ``名詞,固有名詞,人名``), or either one followed by an
+  honorific (様, さん, 氏 ...), which is not part of the span.
+
+Each resource is loaded on the first text of its script and kept
+(``NameResources``): jieba takes about a second to load its dictionary, MeCab
+a few milliseconds, the Latin lists about 0.1 s. ``needs_loading(text)`` says
+whether scanning ``text`` would load one, so the gateway can do that first
+scan off its event loop. Per character, once loaded: Chinese about 4 us
+(jieba), Japanese about 0.5 us (MeCab), Latin text well under that (one
+regular expression and set look-ups).
+
+A name every request shares (a product, a company, the assistant's persona)
+is still a hit here; the batch linter and the gateway's live learning demote
+it once they see it never varies.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .model import Hit
+from .patterns import MONTHS, WEEKDAYS, ZH_COMPOUND_SURNAMES, ZH_SURNAMES
+
+LATIN_LOCALES = ("en_US", "en_GB", "en_IN", "es_ES", "es_MX", "fr_FR", "de_DE", "it_IT",
+                 "pt_BR", "nl_NL", "pl_PL", "tr_TR", "vi_VN", "id_ID")
+WORDLIKE_FIRST = frozenset(
+    ["Grace", "Hope", "Joy", "Faith", "Max", "Mark", "Rose", "Summer", "Chase", "Ray", "Guy", "Will", "Bill", "Sunny", "Dawn", "Iris", "Ivy", "Lily", "Amber", "Ruby", "Jade", "Pearl", "Penny", "Crystal", "Sky", "Star", "Page", "Art", "Frank", "Rich", "Sage", "Honor", "Major", "Claude", "Nova", "Ada", "Alexa", "Siri", "Jarvis", "Gemini", "Victoria", "Georgia", "Virginia", "Florida", "Carolina", "Austin", "Dallas", "Paris", "London", "Sydney", "Jordan", "Lincoln", "Ford", "Tesla", "Mercedes", "Harley", "Dell", "Wendy", "Angel", "Gene", "Bob"])
+"""First names that are also words, brands, places or assistant personas: names only after
+a role or a title."""
+ROLE_WORDS = (
+    "customer|user|client|patient|member|caller|guest|student|employee|applicant|candidate"
+    "|buyer|seller|tenant|traveler|traveller|passenger|subscriber|cardholder|account holder"
+    "|policyholder|agent|representative|contact|recipient|sender|driver|owner")
+TITLES = "Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Sir|Madam|Señor|Señora|Sr|Sra|Herr|Frau|Mme|Mlle|M"
+ZH_TITLES = ("先生", "女士", "小姐", "老师", "同学", "经理", "总监", "主任", "医生", "律师",
+             "阿姨", "师傅", "总", "同志", "教授", "博士", "老板", "店长", "专员")
+ZH_ROLES = ("客户", "用户", "会员", "顾客", "联系人", "负责人", "经办人", "患者", "学员", "乘客",
+            "收件人", "寄件人", "业主", "租客", "联系", "致", "尊敬的", "亲爱的", "您好")
+JA_HONORIFICS = ("様", "さん", "氏", "殿", "先生", "くん", "君", "ちゃん", "さま")
+MAX_TAGGED_CHARS = 16384
+"""Per scanned text and script, at most this many characters go to jieba or MeCab (about
+65 ms of jieba): beyond, only the cue patterns of ``names`` look for names."""
+ZH_MARGIN = 6
+"""Characters of context on each side of a possible surname that jieba segments."""
+ZH_SURNAME_STARTS = frozenset(ZH_SURNAMES) | {s[0] for s in ZH_COMPOUND_SURNAMES}
+LATIN_CONFIDENCE = 0.8
+CUED_CONFIDENCE = 0.85
+CJK_CONFIDENCE = 0.8
+
+
+def _has_kana(text: str) -> bool:
+    return any("\u3040" <= c <= "\u30ff" for c in text)
+
+
+def _has_han(text: str) -> bool:
+    return any("\u4e00" <= c <= "\u9fff" for c in text)
+
+
+class NameResources:
+    """The three name resources, each loaded once on first use (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded: dict[str, Any] = {}
+
+    def loaded(self, script: str) -> bool:
+        return script in self._loaded
+
+    def get(self, script: str) -> Any:
+        found = self._loaded.get(script)
+        if found is not None:
+            return found
+        with self._lock:
+            if script not in self._loaded:
+                self._loaded[script] = LOADERS[script]()
+            return self._loaded[script]
+
+
+def _load_latin() -> tuple[frozenset[str], frozenset[str]]:
+    first: set[str] = set()
+    last: set[str] = set()
+    for locale in LATIN_LOCALES:
+        provider = importlib.import_module(f"faker.providers.person.{locale}").Provider
+        for attribute in vars(provider):
+            values = getattr(provider, attribute)
+            if attribute.startswith("first_names"):
+                first.update(v for v in values if isinstance(v, str) and v[:1].isupper())
+            elif attribute.startswith("last_names"):
+                last.update(v for v in values if isinstance(v, str) and v[:1].isupper())
+    not_names = {name.capitalize() for name in (*MONTHS, *WEEKDAYS)}
+    return frozenset(first - not_names), frozenset(last - not_names)
+
+
+def _load_chinese() -> Any:
+    jieba = importlib.import_module("jieba")
+    # jieba logs its dictionary loading at DEBUG to stderr (set when it is imported): noise
+    # in a CLI run and in the gateway's log.
+    logging.getLogger("jieba").setLevel(logging.WARNING)
+    posseg = importlib.import_module("jieba.posseg")
+    # One cut at a time: jieba's lazy dictionary load is not reentrant.
+    return posseg.POSTokenizer(jieba.Tokenizer()), threading.Lock()
+
+
+def _load_japanese() -> Any:
+    fugashi = importlib.import_module("fugashi")
+    ipadic = importlib.import_module("ipadic")
+    tagger = fugashi.GenericTagger(ipadic.MECAB_ARGS)
+    return tagger, threading.Lock()
+
+
+LOADERS: dict[str, Callable[[], Any]] = {
+    "latin": _load_latin, "zh": _load_chinese, "ja": _load_japanese}
+
+
+class PersonNames:
+    def __init__(self, resources: NameResources | None = None) -> None:
+        self.resources = resources or NameResources()
+        word = r"(?:O['’]|Mc|Mac)?[A-ZÀ-Þ][a-zß-ÿ'’-]+"
+        self._words = re.compile(rf"(?<![\w@./#-]){word}(?:\ (?:[A-Z]\.\ )?{word})*")
+        self._word = re.compile(word)
+        self._role = re.compile(rf"(?i:\b(?:{ROLE_WORDS})s?)(?:\ (?i:named|called))?,?\ $")
+        self._title = re.compile(rf"\b(?:{TITLES})\.?\ $")
+
+    def needs_loading(self, text: str) -> bool:
+        return any(not self.resources.loaded(script) for script in self._scripts(text))
+
+    def scan(self, text: str) -> list[Hit]:
+        hits: list[Hit] = []
+        for script in self._scripts(text):
+            if script == "latin":
+                hits.extend(self._latin(text))
+                continue
+            budget = MAX_TAGGED_CHARS
+            for start, line in _lines(text):
+                if budget <= 0:
+                    break
+                if script == "ja" and _has_kana(line):
+                    line = line[:budget]
+                    budget -= len(line)
+                    hits.extend(_shift(self._japanese(line), start))
+                elif script == "zh" and not _has_kana(line) and _has_han(line):
+                    for a, b in _surname_windows(line):
+                        piece = line[a:min(b, a + budget)]
+                        budget -= len(piece)
+                        hits.extend(_shift(self._chinese(piece), start + a))
+                        if budget <= 0:
+                            break
+        return hits
+
+    @staticmethod
+    def _scripts(text: str) -> list[str]:
+        scripts = []
+        if re.search(r"[A-ZÀ-Þ][a-z]", text):
+            scripts.append("latin")
+        if _has_kana(text):
+            scripts.append("ja")
+        if _has_han(text) and any(not _has_kana(line) and _has_han(line)
+                                  for _, line in _lines(text)):
+            scripts.append("zh")
+        return scripts
+
+    # -- Latin script -----------------------------------------------------------------------
+
+    def _latin(self, text: str) -> Iterator[Hit]:
+        first, last = self.resources.get("latin")
+        for run in self._words.finditer(text):
+            words = [(m.start() + run.start(), m.group()) for m in self._word.finditer(run.group())]
+            before = max(0, run.start() - 40), run.start()
+            if self._title.search(text, *before):  # "Dr. Okafor", "Ms. Ana María Ruiz"
+                end_start, end_word = words[min(len(words), 3) - 1]
+                yield Hit("name", run.start(), end_start + len(end_word), CUED_CONFIDENCE,
+                          "person name")
+                continue
+            cued = bool(self._role.search(text, *before))
+            yield from self._names_in(words, cued, first, last)
+
+    @staticmethod
+    def _names_in(words: list[tuple[int, str]], cued: bool, first: frozenset[str],
+                  last: frozenset[str]) -> Iterator[Hit]:
+        index = 0
+        while index < len(words):
+            start, word = words[index]
+            surnames = 0
+            while (index + 1 + surnames < len(words) and surnames < 2
+                   and _surname(words[index + 1 + surnames][1], last)):
+                surnames += 1
+            known = word in first and (word not in WORDLIKE_FIRST or cued)
+            if (known and (surnames or cued)) or (cued and index == 0 and word in last):
+                end_start, end_word = words[index + surnames]
+                yield Hit("name", start, end_start + len(end_word),
+                          CUED_CONFIDENCE if cued else LATIN_CONFIDENCE, "person name")
+                index += surnames + 1
+                continue
+            index += 1
+
+    # -- Chinese ----------------------------------------------------------------------------
+
+    def _chinese(self, line: str) -> Iterator[Hit]:
+        tagger, lock = self.resources.get("zh")
+        with lock:
+            pairs = _join_compound([(p.word, p.flag) for p in tagger.cut(line)])
+        position = 0
+        for word, flag in pairs:
+            start = line.find(word, position)
+            if start < 0:
+                continue
+            position = start + len(word)
+            if flag not in ("nr", "nrfg") or not 2 <= len(word) <= 4:
+                continue
+            compound = word[:2] in ZH_COMPOUND_SURNAMES
+            if not (compound or word[0] in ZH_SURNAMES):
+                continue
+            given = len(word) - (2 if compound else 1)
+            if given > 2:
+                continue  # "简体中文": four characters are a name only with a compound surname
+            context = (line[position:].startswith(ZH_TITLES)
+                       or line[max(0, start - 4):start].endswith(ZH_ROLES))
+            if given >= 2 or (given == 1 and context):
+                yield Hit("name", start, position, CJK_CONFIDENCE, "person name")
+
+    # -- Japanese ---------------------------------------------------------------------------
+
+    def _japanese(self, line: str) -> Iterator[Hit]:
+        tagger, lock = self.resources.get("ja")
+        with lock:
+            nodes = [(node.surface, tuple(node.feature)) for node in tagger(line)]
+        position = 0
+        placed: list[tuple[int, int, str]] = []  # start, end, 姓 / 名 / "" (not a name)
+        for surface, feature in nodes:
+            start = line.find(surface, position)
+            if start < 0:
+                continue
+            position = start + len(surface)
+            part = feature[3] if len(feature) > 3 and feature[2] == "人名" else ""
+            placed.append((start, position, part))
+        index = 0
+        while index < len(placed):
+            start, end, part = placed[index]
+            if not part:
+                index += 1
+                continue
+            span_end, parts = end, 1
+            if part == "姓" and index + 1 < len(placed) and placed[index + 1][2] == "名":
+                span_end, parts = placed[index + 1][1], 2
+            if parts == 2 or line[span_end:].startswith(JA_HONORIFICS):
+                yield Hit("name", start, span_end, CJK_CONFIDENCE, "person name")
+            index += parts
+
+
+def _surname(word: str, last: frozenset[str]) -> bool:
+    return word in last or (len(word) > 3 and word.startswith(("O'", "O’", "Mc", "Mac"))
+                            and word[2 if word[1] in "'’c" else 3].isupper())
+
+
+def _join_compound(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """jieba cuts "欧阳娜娜" as 欧阳 + 娜娜: a compound surname and a name-like word are one."""
+    out: list[tuple[str, str]] = []
+    for word, flag in pairs:
+        if (out and out[-1][0] in ZH_COMPOUND_SURNAMES and flag.startswith("nr")
+                and 1 <= len(word) <= 2):
+            out[-1] = (out[-1][0] + word, "nr")
+            continue
+        out.append((word, flag))
+    return out
+
+
+def _surname_windows(line: str) -> Iterator[tuple[int, int]]:
+    """Merged spans around each character that can start a Chinese name: all jieba sees."""
+    window: list[int] | None = None
+    for index, char in enumerate(line):
+        if char not in ZH_SURNAME_STARTS:
+            continue
+        a, b = max(0, index - ZH_MARGIN), min(len(line), index + ZH_MARGIN + 4)
+        if window is not None and a <= window[1]:
+            window[1] = b
+            continue
+        if window is not None:
+            yield window[0], window[1]
+        window = [a, b]
+    if window is not None:
+        yield window[0], window[1]
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    start = 0
+    for line in text.split("\n"):
+        yield start, line
+        start += len(line) + 1
+
+
+def _shift(hits: Iterator[Hit], offset: int) -> Iterator[Hit]:
+    for hit in hits:
+        yield Hit(hit.kind, hit.start + offset, hit.end + offset, hit.confidence, hit.detail)
