@@ -173,7 +173,7 @@ class Exchange:
         self.model = model
         self.client.scope[MODEL] = model
         if self.route.body == "json" and not self.fields.model:
-            self.forward_body = orjson.dumps({**self.data, "model": model})
+            self.forward_body = with_model(self.forward_body, self.data, model)
 
     def predicted_cached(self, replica_id: str) -> int:
         """Prompt tokens the decision expected ``replica_id`` to hold."""
@@ -208,3 +208,12 @@ class Exchange:
         if self.lint_warnings is not None:
             headers["x-prefixgate-lint"] = str(self.lint_warnings)
         return headers
+
+
+def with_model(body: bytes, data: dict[str, Any], model: str) -> bytes:
+    """The JSON object ``body`` with ``model`` set, as its last key (so it wins over a
+    ``null`` one), the rest as the client sent it: re-encoding would fail on a body
+    nested deeper than orjson encodes (255 levels), which the replica may still take."""
+    if not data:
+        return orjson.dumps({"model": model})
+    return body.rstrip()[:-1] + b',"model":' + orjson.dumps(model) + b"}"

@@ -97,7 +97,9 @@ SCHEMAS: dict[str, JSON] = {
 }
 
 BODIES = {"/v1/chat/completions": "ChatCompletionRequest",
+          "/v1/chat/completions/render": "ChatCompletionRequest",
           "/v1/completions": "CompletionRequest",
+          "/v1/completions/render": "CompletionRequest",
           "/v1/prompt/lint": "ChatCompletionRequest"}
 """The routes whose body is described above; other POST routes take ``JSONObject``."""
 

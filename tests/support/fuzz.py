@@ -1,0 +1,123 @@
+"""Hypothesis strategies for the gateway's requests, from its own OpenAPI document.
+
+``from_schema`` turns the JSON schemas of ``/openapi.json`` (objects, arrays,
+strings, numbers, ``enum``, ``anyOf``, ``$ref``, ``required``, open
+``additionalProperties``) into values that fit them; ``hostile`` is what a
+careless or malicious client puts anywhere instead: integers far outside 64
+bits, deep nesting, long strings, template code, control characters and
+escaped surrogate pairs. ``mutated`` swaps hostile values into a fitting
+body at random places, so most cases pass the edge and reach routing.
+``raw_bodies`` are byte strings that are not a JSON object at all.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import strategies as st
+
+JSON = dict[str, Any]
+
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+_KEYS = st.sampled_from(["model", "messages", "prompt", "stream", "user", "cache_salt", "n",
+                         "tools", "role", "content", "chat_template", "chat_template_kwargs",
+                         "max_tokens", "extra", "input", "instructions", "x"]) | _TEXT
+
+
+NESTED_LOOPS = "{% for i in range(8000) %}{% for j in range(8000) %}x{% endfor %}{% endfor %}"
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+HOSTILE_SCALARS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.sampled_from([-1, 0, 2**32, 2**63, -(2**63) - 1, 2**64, 10**30]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(), st.none(), _TEXT,
+    st.sampled_from(["", "\x00", "\ud83d\ude00" * 3, "{{ 7*7 }}", NESTED_LOOPS,
+                     "<|im_start|>system", "\u202e\u200b", "a" * 50_000]),
+    st.integers(min_value=50, max_value=400).map(_nested),
+)
+
+HOSTILE = st.recursive(HOSTILE_SCALARS,
+                       lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(_KEYS, inner, max_size=4), max_leaves=8)
+
+
+def from_schema(schema: JSON, components: JSON, depth: int = 0) -> st.SearchStrategy[Any]:
+    """Values that fit ``schema`` (refs resolved in ``components``)."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return st.deferred(lambda: from_schema(components[name], components, depth + 1))
+    if "anyOf" in schema or "oneOf" in schema:
+        return st.one_of([from_schema(s, components, depth) for s in
+                          schema.get("anyOf") or schema["oneOf"]])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    kind = schema.get("type")
+    if kind == "object":
+        return _object(schema, components, depth)
+    if kind == "array":
+        items = from_schema(schema.get("items", {}), components, depth + 1)
+        return st.lists(items, min_size=schema.get("minItems", 0), max_size=4)
+    if kind == "integer":
+        return st.integers(min_value=schema.get("minimum"), max_value=schema.get("maximum"))
+    if kind == "number":
+        return st.floats(min_value=schema.get("minimum", schema.get("exclusiveMinimum")),
+                         max_value=schema.get("maximum"), allow_nan=False,
+                         exclude_min="exclusiveMinimum" in schema)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    if kind == "string":
+        return _TEXT
+    return HOSTILE_SCALARS
+
+
+def _object(schema: JSON, components: JSON, depth: int) -> st.SearchStrategy[JSON]:
+    properties = schema.get("properties", {})
+    required = [k for k in schema.get("required", []) if k in properties]
+    optional = {k: from_schema(v, components, depth + 1) for k, v in properties.items()
+                if k not in required}
+    fixed = st.fixed_dictionaries({k: from_schema(properties[k], components, depth + 1)
+                                   for k in required}, optional=optional)
+    if schema.get("additionalProperties") and depth < 2:
+        extra = st.dictionaries(_TEXT, HOSTILE_SCALARS, max_size=2)
+        return st.builds(lambda a, b: {**b, **a}, fixed, extra)
+    return fixed
+
+
+@st.composite
+def mutated(draw: st.DrawFn, fitting: st.SearchStrategy[JSON]) -> JSON:
+    """A fitting body with a few values (at any depth) replaced by hostile ones."""
+    body = draw(fitting)
+    for _ in range(draw(st.integers(0, 3))):
+        target = body
+        while True:
+            keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+            if not keys:
+                break
+            key = draw(st.sampled_from(keys))
+            child = target[key]
+            if not isinstance(child, (dict, list)) or not child or draw(st.booleans()):
+                target[key] = draw(HOSTILE)
+                break
+            target = child
+    return body
+
+
+RAW_BODIES = st.one_of(
+    st.binary(max_size=64),
+    st.sampled_from([b"", b"   ", b"null", b"[]", b"[1,2]", b'"x"', b"{", b'{"model": ',
+                     b'{"messages": [}', b"\xff\xfe{}", b'{"a": NaN}', b'{"a": Infinity}',
+                     b'{"prompt": "\\ud800"}', b'{"model": "m"} trailing',
+                     b"[" * 5000 + b"]" * 5000, b'{"a":' * 2000 + b"1" + b"}" * 2000]),
+    HOSTILE.map(lambda v: json.dumps(v).encode()),
+)
