@@ -16,9 +16,10 @@ httptools protocol) adds, per connection:
                       is sent, or a trickled body, gets a 408 and is closed
 
 and the parser's own 400 (a malformed request) is OpenAI-shaped JSON, as are
-the 408s. With the keep-alive timeout (``server.keep_alive``, 5 s) and the
-connection limit (``server.max_connections``, 4096) a slowloris holds at most
-that many sockets for at most a header deadline each.
+the 408s, and the 503 over the connection limit. With the keep-alive timeout
+(``server.keep_alive``, 5 s) and the connection limit (``server.max_connections``,
+4096) a slowloris holds at most that many sockets for at most a header
+deadline each.
 
 :class:`GatewayServer` takes SIGTERM/SIGINT itself: the first starts the drain
 (``gateway.drain``; ``/ready`` 503 at once, new routed requests 503, streams
@@ -36,6 +37,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .config import ServerSettings, Settings
@@ -61,6 +63,15 @@ def error_response(status: int, message: str) -> bytes:
     head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body)))
     return head + body
+
+
+async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
+    body = orjson.dumps(error_body(503, "the gateway is at its connection limit; retry shortly",
+                                   "ServiceUnavailableError", code="too_many_connections"))
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+        (b"retry-after", b"1"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class GuardedHttpTools(HttpToolsProtocol):
@@ -95,9 +106,23 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
-        super().on_headers_complete()
+        if self._over_limit():
+            # uvicorn's own answer over the limit is plain text: run ours in its place.
+            app, limit = self.app, self.limit_concurrency
+            self.app, self.limit_concurrency = _too_many_connections, None
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app, self.limit_concurrency = app, limit
+        else:
+            super().on_headers_complete()
         self._arm(self.limits.body_timeout, "the request body did not arrive in time",
                   kind="body")
+
+    def _over_limit(self) -> bool:
+        limit = self.limit_concurrency
+        return limit is not None and (len(self.connections) >= limit
+                                      or len(self.tasks) >= limit)
 
     def on_message_complete(self) -> None:
         self._disarm()

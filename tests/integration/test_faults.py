@@ -307,3 +307,21 @@ def test_the_gateway_still_serves_after_the_slow_clients(guarded_gateway) -> Non
     reply = client.chat.completions.create(model=MODEL, max_tokens=4,
                                            messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content is not None
+
+
+def test_over_the_connection_limit_new_requests_get_an_openai_shaped_503() -> None:
+    limit = 4
+    with running_sims([sim_args(0)]) as sims, running_gateway(gateway_settings(
+            sims, server={"max_connections": limit, "header_timeout": GUARD})) as gw:
+        held = [connect(gw) for _ in range(limit)]   # idle: each holds a connection
+        try:
+            sock = connect(gw)
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
+            answer = read_until_closed(sock)
+            assert b"retry-after: 1" in answer.lower()
+            assert openai_error(answer, 503)["code"] == "too_many_connections"
+        finally:
+            for each in held:
+                each.close()
+        wait_until(lambda: httpx.get(gw.url + "/health").status_code == 200, GUARD,
+                   "served again once the held connections are gone")
