@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
 
@@ -62,22 +63,40 @@ class Journal:
     def size(self, replica_id: str) -> int:
         return len(self._blocks.get(replica_id, ()))
 
+    def copy(self) -> JournalCopy:
+        """What the snapshot is made of, copied at C speed (list of a dict's items), so
+        that making it can run in a worker thread while this journal goes on learning."""
+        self.changed = False
+        return JournalCopy({replica: list(blocks.items())
+                            for replica, blocks in self._blocks.items()},
+                           list(self._sessions.items()), self.max_age_seconds)
+
+    def snapshot(self, stream_id: str, now: float, written_at: float) -> Snapshot:
+        return self.copy().snapshot(stream_id, now, written_at)
+
+
+@dataclass(frozen=True)
+class JournalCopy:
+    blocks: dict[str, list[tuple[int, float]]]
+    """Per replica, ``(hash, last touched)`` oldest first."""
+    sessions: list[tuple[str, tuple[str, float]]]
+    max_age_seconds: float
+
     def snapshot(self, stream_id: str, now: float, written_at: float) -> Snapshot:
         """Everything younger than ``max_age_seconds`` at ``now``, covering ``stream_id``."""
-        self.changed = False
         cutoff = now - self.max_age_seconds
-        replicas = {replica: runs for replica, blocks in self._blocks.items()
+        replicas = {replica: runs for replica, blocks in self.blocks.items()
                     if (runs := _runs(blocks, cutoff, now))}
         sessions = [(key, replica, now - seen)
-                    for key, (replica, seen) in self._sessions.items() if seen >= cutoff]
+                    for key, (replica, seen) in self.sessions if seen >= cutoff]
         return Snapshot(stream_id, written_at, replicas, sessions)
 
 
-def _runs(blocks: OrderedDict[int, float], cutoff: float, now: float) -> list[Run]:
+def _runs(blocks: list[tuple[int, float]], cutoff: float, now: float) -> list[Run]:
     """Consecutive hashes touched at one time, as one run each, oldest first.
 
     Within a run the journal holds a prompt's blocks last first; the run holds
     them in prompt order, as ``record`` is given them."""
-    fresh = ((block_hash, touched) for block_hash, touched in blocks.items() if touched >= cutoff)
+    fresh = ((block_hash, touched) for block_hash, touched in blocks if touched >= cutoff)
     return [Run(now - touched, tuple(reversed([block_hash for block_hash, _ in run])))
             for touched, run in groupby(fresh, key=itemgetter(1))]
