@@ -85,7 +85,10 @@ class Exchange:
     route: Route
     started: float = field(default_factory=time.perf_counter)
     data: dict[str, Any] = field(default_factory=dict)
-    """The parsed JSON body, as the client sent it (empty for other bodies)."""
+    """The parsed JSON body, as routed and forwarded (empty for other bodies): as the
+    client sent it, but with client keys its ``cache_salt`` is the tenant's."""
+    client_data: dict[str, Any] | None = None
+    """The body as the client sent it, when ``data`` differs (``as_sent``)."""
     fields: RoutingFields = field(default_factory=RoutingFields)
     prompt: tuple[str, dict[str, Any]] | None = None
     """How the body's prompt renders for routing: (render kind, body); None without one."""
@@ -156,9 +159,14 @@ class Exchange:
         if self.session_key is not None:
             self.session_key = f"{grant.tenant}\x00{self.session_key}"
         if self.route.routing == "prefix" and self.route.body == "json":
-            self.data = grant.isolate(self.data)
+            self.client_data, self.data = self.data, grant.isolate(self.data)
             self.forward_body = orjson.dumps(self.data)
             grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
+
+    @property
+    def as_sent(self) -> dict[str, Any]:
+        """The JSON body as the client sent it (what the prompt linter judges)."""
+        return self.client_data if self.client_data is not None else self.data
 
     def tokens_used(self) -> int | None:
         """Prompt and completion tokens as the replica's ``usage`` reported them; 0 when

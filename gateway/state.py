@@ -86,7 +86,7 @@ class GatewayState:
         if self.lint is None or exchange.route.kind != "chat" or exchange.prompt is None:
             return
         lint = self.lint
-        exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.data,
+        exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.as_sent,
                                                      exchange.tenant)
         exchange.lint = asyncio.ensure_future(after_request_leaves(
-            lambda: lint.check(exchange.model, exchange.data, exchange.tenant)))
+            lambda: lint.check(exchange.model, exchange.as_sent, exchange.tenant)))

@@ -25,6 +25,7 @@ from gateway.auth import (
 from gateway.config import load_settings
 from gateway.errors import RateLimited, Unauthenticated
 from tests.support.api_keys import write_keys
+from tests.support.waiting import eventually_async
 
 from .fake_replica import FakeReplica
 
@@ -193,6 +194,26 @@ async def test_only_generating_routes_get_a_salt_and_a_token_charge(tmp_path: Pa
         assert embedded.status_code == 200  # a generation of 256 tokens would be refused
     assert replica.requests == [{"model": "m", "input": "hello"}]
     assert "sk-" not in repr(replica.headers_seen)
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+async def test_the_linter_judges_the_clients_body_not_the_tenants_salt(
+        tmp_path: Path, keyed: bool) -> None:
+    chat = {"model": "m", "messages": [
+        {"role": "system", "content": "You are the support assistant of a shop. " * 8},
+        {"role": "user", "content": "Where is my parcel?"}]}
+    headers = bearer("sk-alpha-0001") if keyed else {}
+    keys_file = write_keys(tmp_path / "k.yaml", KEYS) if keyed else None
+    async with gateway(FakeReplica("r"), keys_file) as client:
+        seen: list[str | None] = []
+
+        async def linted() -> bool:
+            answer = await client.post("/v1/chat/completions", json=chat, headers=headers)
+            seen.append(answer.headers.get("x-prefixgate-lint"))
+            return seen[-1] is not None
+
+        await eventually_async(linted, 30, "the prefix linted")
+    assert seen[-1] == "0"  # the tenant's salt is the gateway's, not a finding
 
 
 async def test_admin_routes_need_an_admin_key(tmp_path: Path) -> None:
