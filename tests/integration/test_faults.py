@@ -33,8 +33,8 @@ from tests.support.waiting import eventually, wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
-FIRST_BYTE = 6.0
-IDLE = 3.0
+FIRST_BYTE = 10.0
+IDLE = 5.0
 MARGIN = 20.0
 """Seconds on top of a deadline that the slowest observed request may take (a loaded
 machine), still far below what an unbounded wait (the old 600 s) would show."""
