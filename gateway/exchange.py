@@ -160,7 +160,8 @@ class Exchange:
             self.session_key = f"{grant.tenant}\x00{self.session_key}"
         if self.route.routing == "prefix" and self.route.body == "json":
             self.client_data, self.data = self.data, grant.isolate(self.data)
-            self.forward_body = orjson.dumps(self.data)
+            self.forward_body = with_member(self.forward_body, self.client_data, "cache_salt",
+                                            self.data["cache_salt"])
             grant.charge(estimate_tokens(self.data, body_bytes), self.tokens_used)
 
     @property
@@ -219,9 +220,14 @@ class Exchange:
 
 
 def with_model(body: bytes, data: dict[str, Any], model: str) -> bytes:
-    """The JSON object ``body`` with ``model`` set, as its last key (so it wins over a
-    ``null`` one), the rest as the client sent it: re-encoding would fail on a body
-    nested deeper than orjson encodes (255 levels), which the replica may still take."""
+    """The JSON object ``body`` with ``model`` set (:func:`with_member`)."""
+    return with_member(body, data, "model", model)
+
+
+def with_member(body: bytes, data: dict[str, Any], name: str, value: str) -> bytes:
+    """The JSON object ``body`` with ``name`` set, as its last key (so it wins over
+    one the client sent), the rest as the client sent it: re-encoding would fail on a
+    body nested deeper than orjson encodes (255 levels), which the replica may still take."""
     if not data:
-        return orjson.dumps({"model": model})
-    return body.rstrip()[:-1] + b',"model":' + orjson.dumps(model) + b"}"
+        return orjson.dumps({name: value})
+    return body.rstrip()[:-1] + b"," + orjson.dumps(name) + b":" + orjson.dumps(value) + b"}"

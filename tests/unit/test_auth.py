@@ -216,6 +216,21 @@ async def test_the_linter_judges_the_clients_body_not_the_tenants_salt(
     assert seen[-1] == "0"  # the tenant's salt is the gateway's, not a finding
 
 
+async def test_a_body_nested_past_the_json_encoders_limit_is_salted_as_sent(
+        tmp_path: Path) -> None:
+    replica = FakeReplica("r")
+    deep: object = "bottom"
+    for _ in range(300):
+        deep = [deep]
+    body = {**CHAT, "cache_salt": "mine", "x-deep": deep}
+    async with gateway(replica, write_keys(tmp_path / "k.yaml", KEYS)) as client:
+        answer = await client.post("/v1/chat/completions", json=body,
+                                   headers=bearer("sk-alpha-0001"))
+    assert answer.status_code == 200
+    assert replica.requests[0]["cache_salt"] == tenant_salt(SECRET.encode(), "alpha", "mine")
+    assert replica.requests[0]["x-deep"] == deep
+
+
 async def test_admin_routes_need_an_admin_key(tmp_path: Path) -> None:
     async with gateway(FakeReplica("r"), write_keys(tmp_path / "k.yaml", KEYS)) as client:
         for path in ("/admin/replicas", "/admin/drift", "/admin/lint", "/dashboard"):
