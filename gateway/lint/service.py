@@ -102,7 +102,7 @@ class LintService:
                                  limits.max_prefix_chars)
         self._linters: dict[str, Linter] = {}
         self._templates: dict[str, TemplateSource] = {}
-        self._clock_memo: dict[tuple[str, bytes], bool] = {}
+        self._clock_memo: dict[tuple[str, int], bool] = {}
         self._memo: LRU[tuple[str, int], tuple[float, list[Finding]]] = LRU(
             limits.memo_entries)
         self._last_counts: LRU[int, int] = LRU(limits.memo_entries)
@@ -166,7 +166,7 @@ class LintService:
         with self._lock:
             for field in fields:
                 if (field.path, _digest(field.text)) not in self._memo:
-                    pending += len(field.text)
+                    pending += self.detector.people.cost(field.text)
         return pending + (sum(len(f.text) for f in fields if f.region != "history")
                           if pending else 0)
 
@@ -288,8 +288,14 @@ class LintService:
             return None
 
     def _fills_clock(self, model: str, body: Mapping[str, Any]) -> bool:
-        key = (model, orjson.dumps([body.get("chat_template"), body.get("chat_template_kwargs")],
-                                   option=orjson.OPT_SORT_KEYS, default=str))
+        # The clock probe renders the model's template only (a request's own is never
+        # rendered): the kwargs are what can change its answer; their hash is the key.
+        try:
+            kwargs = orjson.dumps(body.get("chat_template_kwargs"), option=orjson.OPT_SORT_KEYS,
+                                  default=str)
+        except TypeError:  # nested deeper than orjson encodes
+            return False
+        key = (model, xxhash.xxh3_64_intdigest(kwargs))
         known = self._clock_memo.get(key)
         if known is None:
             known = self.probe.fills_clock(self.template(model), body)
