@@ -103,10 +103,13 @@ def build_router(state: GatewayState, dispatcher: Dispatcher | None = None) -> A
         models = state.expected_models()
         missing = [m for m in models if not any(r.healthy for r in state.pool.serving(m))]
         tokenizers = state.hashers.tokenizers()
+        # Redis (shared routing state) is optional: it is reported, never a reason to be unready.
+        redis = {"redis": state.redis_status()} if state.redis_status is not None else {}
         if not models or missing:
             return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"],
-                                 "tokenizers": tokenizers}, status_code=503)
-        return JSONResponse({"ready": True, "models": models, "tokenizers": tokenizers})
+                                 "tokenizers": tokenizers, **redis}, status_code=503)
+        return JSONResponse({"ready": True, "models": models, "tokenizers": tokenizers,
+                             **redis})
 
     @router.get("/metrics")
     async def metrics() -> Response:

@@ -38,8 +38,8 @@ from .inprocess_replicas import start_inprocess
 from .kv_capacity import planned_blocks
 from .kv_feed import KVFeed
 from .lint.ops import dashboard_feeds
-from .lint.suggest import SUGGESTIONS
 from .lint.service import LintLimits, LintService
+from .lint.suggest import SUGGESTIONS
 from .lint_api import build_lint_router
 from .loop_lag import GcPauses, LoopLagProbe
 from .memo_metrics import MemoCollector
@@ -57,6 +57,8 @@ from .state import GatewayState
 from .streaming import RAW_SEND
 
 log = logging.getLogger("prefixgate")
+
+
 
 def build_backends(settings: Settings,
                    transport: TransportFactory | None = None) -> list[tuple[ReplicaSpec, Backend]]:
@@ -171,7 +173,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         await discovery.start()
         if fleet is not None:  # a restarted instance starts from the shared state
             await fleet.start()
-            state.redis_status = fleet.status
+            state.redis_status = ops_view.redis_provider = fleet.status
         try:
             await hashers.discover(pool.known_models(), pool.model_root)
         except TokenizerConfigError as exc:

@@ -90,6 +90,8 @@ class OpsView:
         self.lint_provider: LintProvider = _none
         self.drift_provider: DriftProvider = _none
         self.tokenizer_provider: TokenizerProvider = dict
+        self.redis_provider: Callable[[], Mapping[str, object]] | None = None
+        """Shared routing state's status (``FleetSync.status``); None without Redis."""
 
     def payload(self) -> dict[str, Any]:
         now = self.stats.clock()
@@ -108,6 +110,7 @@ class OpsView:
             "replicas_total": len(replicas),
             "replicas_healthy": sum(1 for r in replicas if r["healthy"]),
             "replicas": replicas,
+            "redis": dict(self.redis_provider()) if self.redis_provider is not None else None,
             "lint_findings": [
                 {"kind": f.kind, "count": f.count, "severity": f.severity,
                  "suggestion": f.suggestion}

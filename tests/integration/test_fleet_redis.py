@@ -227,12 +227,18 @@ def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
             for gw in (a, b):
                 wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 0, 30,
                            "prefixgate_redis_up 0 without Redis")
-                assert httpx.get(gw.url + "/ready", timeout=5).status_code == 200
+                ready = httpx.get(gw.url + "/ready", timeout=5)
+                assert ready.status_code == 200  # Redis is optional: still ready
+                assert ready.json()["redis"]["up"] is False
+                assert "redis" in ready.json()["redis"]["url"]
+                view = httpx.get(gw.url + "/admin/replicas", timeout=5).json()
+                assert view["redis"]["up"] is False  # the dashboard says so too
             assert failures == [] and after_kill >= len(conversations)
             server.start()
             for gw in (a, b):
                 wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 1, 60,
                            "prefixgate_redis_up 1 once Redis is back")
+                assert httpx.get(gw.url + "/ready", timeout=5).json()["redis"]["up"] is True
             applied = gauge(b, "prefixgate_redis_applied_entries")
             fresh = [Conversation(seed) for seed in range(300, 304)]
             placed = first_turns(fresh, a)
