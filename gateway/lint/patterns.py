@@ -264,7 +264,7 @@ class PatternSet:
                                   flags)
         self.record_id = re.compile(
             r"(?<![A-Za-z0-9_#&/.-])(?P<id>\#[0-9]{3,12}"
-            r"|[A-Za-z0-9](?:[A-Za-z0-9]|[-_/](?=[A-Za-z0-9])){3,39})"
+            r"|(?=[A-Za-z0-9_/-]{0,39}[0-9])[A-Za-z0-9](?:[A-Za-z0-9]|[-_/](?=[A-Za-z0-9])){3,39})"
             r"(?![A-Za-z0-9_#-]|[./][A-Za-z0-9])")
         self.record_cue = re.compile(rf"""
             (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:\ (?i:id|no\.?|number|num|code|ref))?

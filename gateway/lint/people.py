@@ -24,12 +24,14 @@ with its data inside the installed package:
   honorific (様, さん, 氏 ...), which is not part of the span.
 
 Each resource is loaded on the first text of its script and kept
-(``NameResources``): jieba takes about a second to load its dictionary, MeCab
-a few milliseconds, the Latin lists about 0.1 s. ``needs_loading(text)`` says
-whether scanning ``text`` would load one, so the gateway can do that first
-scan off its event loop. Per character, once loaded: Chinese about 4 us
-(jieba), Japanese about 0.5 us (MeCab), Latin text well under that (one
-regular expression and set look-ups).
+(``NameResources``). Measured in CPU time on the project's 2-core machine
+under load: the Latin lists 0.15 s, jieba's dictionary about 2 s, MeCab
+10 ms. ``needs_loading(text)`` says whether scanning ``text`` would load
+one, so the gateway does that first scan off its event loop, and ``cost``
+weighs Chinese text for its choice of thread. A whole detector scan, names
+included, then costs about 1.4 us per character of English (0.3 before
+names), 7 us of Chinese (1.0) and 3 us of Japanese (0.6); the gateway pays
+it once per distinct field text (memoized).
 
 A name every request shares (a product, a company, the assistant's persona)
 is still a hit here; the batch linter and the gateway's live learning demote
@@ -67,6 +69,8 @@ JA_HONORIFICS = ("様", "さん", "氏", "殿", "先生", "くん", "君", "ち�
 MAX_TAGGED_CHARS = 16384
 """Per scanned text and script, at most this many characters go to jieba or MeCab (about
 65 ms of jieba): beyond, only the cue patterns of ``names`` look for names."""
+HAN_COST = 4
+"""Measured CPU per character, Chinese (jieba) over Latin text: about 4 times."""
 ZH_MARGIN = 6
 """Characters of context on each side of a possible surname that jieba segments."""
 ZH_SURNAME_STARTS = frozenset(ZH_SURNAMES) | {s[0] for s in ZH_COMPOUND_SURNAMES}
@@ -75,12 +79,17 @@ CUED_CONFIDENCE = 0.85
 CJK_CONFIDENCE = 0.8
 
 
+_KANA = re.compile("[\u3040-\u30ff]")
+_HAN = re.compile("[\u4e00-\u9fff]")
+_LATIN = re.compile("[A-ZÀ-Þ][a-z]")
+
+
 def _has_kana(text: str) -> bool:
-    return any("\u3040" <= c <= "\u30ff" for c in text)
+    return _KANA.search(text) is not None
 
 
 def _has_han(text: str) -> bool:
-    return any("\u4e00" <= c <= "\u9fff" for c in text)
+    return _HAN.search(text) is not None
 
 
 class NameResources:
@@ -123,9 +132,20 @@ def _load_chinese() -> Any:
     # jieba logs its dictionary loading at DEBUG to stderr (set when it is imported): noise
     # in a CLI run and in the gateway's log.
     logging.getLogger("jieba").setLevel(logging.WARNING)
-    posseg = importlib.import_module("jieba.posseg")
-    # One cut at a time: jieba's lazy dictionary load is not reentrant.
-    return posseg.POSTokenizer(jieba.Tokenizer()), threading.Lock()
+    tokenizer = jieba.Tokenizer()
+    tokenizer.initialize()
+    # jieba's plain segmenter, whose 4-state HMM finds new words (a name it has never
+    # seen), and the dictionary's person tags (nr, nrt, nrfg) read from its word list:
+    # jieba.posseg's per-tag HMM costs 50 times more per character, and importing it loads
+    # the tags of every word twice (measured: seconds).
+    tags: dict[str, str] = {}
+    with tokenizer.get_dict_file() as handle:
+        for raw in handle:
+            parts = raw.decode("utf-8").split()
+            if len(parts) == 3 and parts[2].startswith("nr"):
+                tags[parts[0]] = parts[2]
+    # One cut at a time: jieba's lazy state is not reentrant.
+    return tokenizer, tags, threading.Lock()
 
 
 def _load_japanese() -> Any:
@@ -150,6 +170,12 @@ class PersonNames:
 
     def needs_loading(self, text: str) -> bool:
         return any(not self.resources.loaded(script) for script in self._scripts(text))
+
+    def cost(self, text: str) -> int:
+        """What scanning ``text`` costs, in characters of Latin text: a Chinese character
+        costs about ``HAN_COST`` of them (jieba), bounded by ``MAX_TAGGED_CHARS``."""
+        han = min(len(_HAN.findall(text)), MAX_TAGGED_CHARS) if _has_han(text) else 0
+        return len(text) + (HAN_COST - 1) * han
 
     def scan(self, text: str) -> list[Hit]:
         hits: list[Hit] = []
@@ -177,7 +203,7 @@ class PersonNames:
     @staticmethod
     def _scripts(text: str) -> list[str]:
         scripts = []
-        if re.search(r"[A-ZÀ-Þ][a-z]", text):
+        if _LATIN.search(text):
             scripts.append("latin")
         if _has_kana(text):
             scripts.append("ja")
@@ -223,9 +249,12 @@ class PersonNames:
     # -- Chinese ----------------------------------------------------------------------------
 
     def _chinese(self, line: str) -> Iterator[Hit]:
-        tagger, lock = self.resources.get("zh")
+        tokenizer, tags, lock = self.resources.get("zh")
         with lock:
-            pairs = _join_compound([(p.word, p.flag) for p in tagger.cut(line)])
+            words = list(tokenizer.cut(line, HMM=True))
+        # A word the dictionary does not know came from the HMM: tagged a possible name.
+        pairs = _join_compound([(w, tags.get(w) or ("x" if w in tokenizer.FREQ else "nr"))
+                                for w in words])
         position = 0
         for word, flag in pairs:
             start = line.find(word, position)

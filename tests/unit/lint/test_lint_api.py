@@ -36,6 +36,19 @@ async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncCl
         yield client
 
 
+async def warm_up(client: httpx.AsyncClient) -> None:
+    """One request of another app, linted: the name lists are loaded (the first English
+    text's lint runs in a worker thread while they load), so the next requests are linted
+    on the event loop, one after the other, in the order they were sent."""
+    tool = {"type": "function", "function": {"name": "warm", "parameters": {}}}
+    await client.post("/v1/chat/completions", json={**CHAT, "tools": [tool]})
+
+    async def linted() -> bool:
+        return 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in (
+            await client.get("/metrics")).text
+    await eventually_async(linted, what="the warm-up request linted")
+
+
 async def test_routed_chat_carries_the_lint_header(qwen_dir: str) -> None:
     """The linter never holds an answer back: a prefix's first request goes out before
     it is linted (no header); once linted, its next requests carry the count."""
@@ -112,6 +125,7 @@ async def test_deeply_nested_tools_are_a_400(qwen_dir: str) -> None:
 async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
     policy = "You are the assistant of Acme Travel. Refunds within 24 hours. " * 6
     async with gateway(qwen_dir) as client:
+        await warm_up(client)
         for i in range(14):
             await client.post("/v1/chat/completions", json={
                 **CHAT, "messages": [{"role": "system", "content": policy},
