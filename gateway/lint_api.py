@@ -11,8 +11,9 @@ an unknown model 404, a body nested deeper than ``MAX_DEPTH`` levels 400
 so it runs in a worker thread.
 
 ``/admin/drift`` shows positions, lengths and hashes; the changed text only
-with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts (the
-gateway passes its API-key check: admin keys only).
+with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts: by
+default one admitted with an ``admin`` key (``gateway.auth``; without
+``api_keys`` nobody is, so no text is shown).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from starlette.responses import Response
 from engine.tokenizer import RenderError
 
 from .api import read_body
+from .auth import GRANT, Grant
 from .errors import InvalidRequest, ModelNotFound
 from .jsonresp import JSONResponse
 from .lint.service import LintService
@@ -73,12 +75,14 @@ def check_depth(data: dict[str, Any]) -> None:
             raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
 
 
-def _nobody(request: Request) -> bool:
-    return False
+def admin_key(request: Request) -> bool:
+    """Whether the request was admitted with an admin API key."""
+    grant = request.scope.get(GRANT)
+    return isinstance(grant, Grant) and grant.principal.admin
 
 
 def build_lint_router(state: GatewayState, service: LintService,
-                      admin_caller: Callable[[Request], bool] = _nobody) -> APIRouter:
+                      admin_caller: Callable[[Request], bool] = admin_key) -> APIRouter:
     router = APIRouter()
 
     @router.post("/v1/prompt/lint")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +13,7 @@ from asgi_lifespan import LifespanManager
 
 from gateway.app import create_app
 from gateway.config import load_settings
+from tests.support.api_keys import write_keys
 from tests.support.waiting import eventually_async
 
 from ..fake_replica import FakeReplica
@@ -37,15 +39,19 @@ async def gateway(qwen_dir: str, **settings: Any) -> AsyncIterator[httpx.AsyncCl
 
 
 async def warm_up(client: httpx.AsyncClient) -> None:
+    await warm_up_with(client, {})
+
+
+async def warm_up_with(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
     """One request of another app, linted: the name lists are loaded (the first English
     text's lint runs in a worker thread while they load), so the next requests are linted
     on the event loop, one after the other, in the order they were sent."""
     tool = {"type": "function", "function": {"name": "warm", "parameters": {}}}
-    await client.post("/v1/chat/completions", json={**CHAT, "tools": [tool]})
+    await client.post("/v1/chat/completions", headers=headers, json={**CHAT, "tools": [tool]})
 
     async def linted() -> bool:
         return 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in (
-            await client.get("/metrics")).text
+            await client.get("/metrics", headers=headers)).text
     await eventually_async(linted, what="the warm-up request linted")
 
 
@@ -151,6 +157,43 @@ async def test_admin_drift_reports_a_template_change(qwen_dir: str) -> None:
     assert ops["drift_events"][0]["kind"] == "system_prompt"
     assert "Request" not in str(ops["drift_events"])  # no prompt text on the dashboard
     assert 'prefixgate_prefix_drift_events_total{model="m"} 1.0' in metrics
+
+
+async def drift_through(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+    policy = "You are the assistant of Acme Travel. Refunds within 24 hours. " * 6
+    for i in range(14):
+        await client.post("/v1/chat/completions", headers=headers, json={
+            **CHAT, "messages": [{"role": "system", "content": policy},
+                                 {"role": "user", "content": f"q{i}"}]})
+    for i in range(6):
+        await client.post("/v1/chat/completions", headers=headers, json={
+            **CHAT, "messages": [{"role": "system",
+                                  "content": f"Request {i:04d}-{i * 37:05d}. " + policy},
+                                 {"role": "user", "content": "q"}]})
+
+    async def drifted() -> bool:
+        return bool((await client.get("/admin/drift", headers=headers)).json()["events"])
+    await eventually_async(drifted, what="the drift reported")
+
+
+async def test_text_samples_are_for_admin_keys_only(qwen_dir: str, tmp_path: Path) -> None:
+    keys = write_keys(tmp_path / "keys.yaml", [
+        {"key": "sk-admin-0001", "tenant": "ops", "admin": True},
+        {"key": "sk-app-00002", "tenant": "app"}])
+    admin, app = ({"authorization": f"Bearer {k}"} for k in ("sk-admin-0001", "sk-app-00002"))
+    async with gateway(qwen_dir, api_keys=keys, lint={"text_samples": True}) as client:
+        await warm_up_with(client, admin)
+        await drift_through(client, admin)
+        shown = (await client.get("/admin/drift", headers=admin)).json()
+        refused = await client.get("/admin/drift", headers=app)
+    assert shown["text_samples"] is True
+    assert shown["events"][0]["now"]["text"].startswith("Request 00")
+    assert refused.status_code == 403
+    async with gateway(qwen_dir, lint={"text_samples": True}) as client:  # no keys: no admin
+        await warm_up(client)
+        await drift_through(client, {})
+        hidden = (await client.get("/admin/drift")).json()
+    assert hidden["text_samples"] is False and "Request" not in str(hidden)
 
 
 async def test_live_lint_can_be_switched_off(qwen_dir: str) -> None:
