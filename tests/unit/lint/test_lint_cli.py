@@ -110,6 +110,21 @@ def test_many_files_each_placed_at_line_and_column(
     assert f"{clean}: 0 warning(s)" in out
 
 
+def test_json_for_many_files_gives_each_finding_its_location(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pretty = write(tmp_path, "named.json", json.dumps(NAMED, indent=2))
+    yml = write(tmp_path, "named.yaml", NAMED_YAML)
+    assert main(["lint", pretty, yml, "--format", "json", *NOW]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["object"] == "prompt.lint.files"
+    assert [f["file"] for f in out["files"]] == [pretty, yml]
+    [named] = [f for f in out["files"][1]["findings"] if f["kind"] == "name"]
+    assert named["location"]["line"] == 5 and named["location"]["file"] == yml
+    line = NAMED_YAML.splitlines()[4]
+    assert line[named["location"]["column"] - 1:named["location"]["end_column"] - 1] == (
+        "Maria Lopez")
+
+
 def test_an_unreadable_file_is_status_2_and_the_others_are_still_linted(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = write(tmp_path, "named.json", json.dumps(NAMED))
