@@ -134,7 +134,8 @@ class BatchLinter:
         variance = Variance(self.atomizer, compared.texts[0])
         alignments = [variance.align(compared.texts[0])]
         alignments += [variance.observe(text) for text in compared.texts[1:]]
-        slots = variance.slots()
+        slots = _widened(variance.slots(), [f for f in findings[members[0]]
+                                            if _on(f, compared, 0)])
         out = []
         for slot in slots:
             spans = [variance.value(a, slot) for a in alignments]
@@ -241,6 +242,21 @@ class BatchLinter:
                                "warning", 1.0, suggestion("cache_salt", "system"), 0,
                                detail=f"a different cache_salt on each of {len(salts)} requests"))
         return out
+
+
+def _widened(slots: list[tuple[int, int]], hits: list[Finding]) -> list[tuple[int, int]]:
+    """Slots grown to the whole of a hit they cut: aligned character by character,
+    "王小明" and "李明华" share "明", yet the name varies as a whole."""
+    out: list[tuple[int, int]] = []
+    for start, end in slots:
+        for hit in hits:
+            if hit.start < end and hit.end > start:
+                start, end = min(start, hit.start), max(end, hit.end)
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _field(analysis: Analysis, path: str) -> TextField | None:

@@ -124,3 +124,11 @@ def test_name_resources_load_on_the_first_text_of_their_script() -> None:
     assert not people.needs_loading(english)
     assert people.needs_loading(chinese), "the Chinese dictionary is not loaded for English"
     assert not people.resources.loaded("ja")
+
+
+def test_a_varying_chinese_name_is_one_span(linter: Linter) -> None:
+    bodies = [chat(f"你正在为客户{name}处理订单。请礼貌回答，不要透露内部信息，回答要简短。")
+              for name in ("王小明", "李明华", "张丽")]
+    [group] = BatchLinter(linter, Atomizer()).lint(bodies, 16).groups
+    [span] = group.varying
+    assert span.kind == "name" and span.examples == ("王小明", "李明华", "张丽")
