@@ -31,7 +31,9 @@ one, so the gateway does that first scan off its event loop, and ``cost``
 weighs Chinese text for its choice of thread. A whole detector scan, names
 included, then costs about 1.4 us per character of English (0.3 before
 names), 7 us of Chinese (1.0) and 3 us of Japanese (0.6); the gateway pays
-it once per distinct field text (memoized).
+it once per distinct field text (memoized). Memory once loaded (RSS): the
+Latin lists 13 MB, jieba 87 MB (its prefix dictionary), MeCab 23 MB (the
+dictionary, mapped from the package's file).
 
 A name every request shares (a product, a company, the assistant's persona)
 is still a hit here; the batch linter and the gateway's live learning demote
