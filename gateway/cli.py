@@ -2,7 +2,7 @@
 
     prefixgate serve [--config FILE] [--replica [ID=]URL ...] [--policy NAME] ...
     prefixgate sim   [...]            a simulated vLLM replica (see engine.sim)
-    prefixgate lint  FILE [--json]    find what breaks prefix caching in prompts
+    prefixgate lint  FILE... [--format text|json|sarif]  find what breaks prefix caching
     prefixgate plan  CONFIG [...]     KV-cache capacity per GPU for a model and KV dtype
     prefixgate kv-quality [...]       quality gate: baseline vs quantized-KV candidate
     prefixgate profiles [show NAME]   named vLLM launch profiles (command line, replica config)
