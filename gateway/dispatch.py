@@ -35,9 +35,9 @@ from engine.pool import ReplicaPool
 from policies.least_load import LeastLoad
 from policies.types import Decision, RouteRequest
 
-from .errors import InvalidRequest, ModelNotFound, NoHealthyReplica
+from .errors import InvalidRequest, ModelNotFound, NoHealthyReplica, ResponseNotFound
 from .exchange import Exchange
-from .response_homes import Home, ResponseHomes, named_response
+from .response_homes import Home, ResponseHomes, named_response, owner_of
 from .routing import Router
 from .state import GatewayState
 
@@ -70,7 +70,7 @@ class Dispatcher:
     async def decide(self, exchange: Exchange) -> None:
         """Fill in the exchange's model, routing request and decision."""
         named = named_response(exchange)
-        home = await self.home(named, exchange.fields.model) if named else None
+        home = await self.home(named, exchange.fields.model, owner_of(exchange)) if named else None
         if home is not None:
             exchange.set_model(exchange.fields.model or home.model)
             exchange.decision = self._at_home(home, named or "")
@@ -119,9 +119,15 @@ class Dispatcher:
                                        self.state.settings.retry_after_seconds)})
         return models[0]
 
-    async def home(self, response_id: str, model: str | None) -> Home | None:
-        """Where ``response_id`` is stored: remembered, else asked of the replicas."""
+    async def home(self, response_id: str, model: str | None,
+                   owner: str | None = None) -> Home | None:
+        """Where ``response_id`` is stored: remembered, else asked of the replicas.
+
+        With client keys (``owner`` set) only the owner's own responses are found:
+        another tenant's, or one the gateway does not remember, is vLLM's 404."""
         known = self.homes.get(response_id)
+        if owner is not None and (known is None or known.owner != owner):
+            raise ResponseNotFound(response_id)
         if known is not None:
             return known
         candidates = [r for r in self.pool if r.healthy and (model is None or model in r.models)]

@@ -78,6 +78,17 @@ class ModelNotFound(GatewayError):
     code = "model_not_found"
 
 
+class ResponseNotFound(GatewayError):
+    """A stored response the caller may not see: vLLM's own 404 for an unknown id."""
+
+    status = 404
+    type = "invalid_request_error"
+    code = 404
+
+    def __init__(self, response_id: str) -> None:
+        super().__init__(f"Response with id '{response_id}' not found.", param="response_id")
+
+
 class BodyTooLarge(GatewayError):
     status = 413
     type = "BadRequestError"

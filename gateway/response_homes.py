@@ -13,6 +13,12 @@ answer is one JSON object whose ``id`` it is; a stream's first event,
 ``response.created``, carries the response object, whose ``id`` is the first
 in the event. An id the gateway never saw (it restarted, or another gateway
 instance relayed it) is looked for on the replicas (``Dispatcher``).
+
+With client keys a stored response belongs to the tenant whose request made
+it: another tenant naming its id (to read, cancel or continue it) gets vLLM's
+own 404, and an id the gateway does not remember is not looked for on the
+replicas, since nothing would say whose it is (after a restart, such ids
+answer 404 until they are made again).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from starlette.responses import Response
 
 from policies.lru import LRU
 
+from .auth import GRANT
 from .exchange import Exchange
 from .streaming import RelayStream
 
@@ -38,6 +45,14 @@ _FIRST_ID = re.compile(rb'"id"\s*:\s*"([^"\\]{1,200})"')
 class Home:
     replica_id: str
     model: str
+    owner: str | None = None
+    """The tenant whose request made it (with client keys); only that tenant may name it."""
+
+
+def owner_of(exchange: Exchange) -> str | None:
+    """The caller's tenant when client keys are configured, else None (no owners)."""
+    grant = exchange.client.scope.get(GRANT)
+    return grant.tenant if grant is not None else None
 
 
 def named_response(exchange: Exchange) -> str | None:
@@ -80,7 +95,7 @@ class ResponseHomes:
             return
         response_id = answered_id(response)
         if response_id is not None:
-            self.put(response_id, Home(outcome.replica_id, exchange.model))
+            self.put(response_id, Home(outcome.replica_id, exchange.model, owner_of(exchange)))
 
     def __len__(self) -> int:
         return len(self._homes)

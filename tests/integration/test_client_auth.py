@@ -26,6 +26,7 @@ KEYS = [
     {"key": "sk-rpm-00001", "tenant": "beta", "requests_per_minute": 1},
     {"key": "sk-tpm-00001", "tenant": "beta", "tokens_per_minute": 1000},
     {"key": "sk-conc-0001", "tenant": "beta", "max_concurrency": 1},
+    {"key": "sk-gamma-001", "tenant": "gamma"},
 ]
 
 
@@ -155,3 +156,25 @@ def test_a_key_file_change_takes_effect_without_a_restart(gateway: GatewayProces
     assert chat(gateway, "sk-added-0001", max_tokens=4).choices
     with pytest.raises(openai.AuthenticationError):
         chat(gateway, "sk-revoke-01")
+
+
+def test_a_stored_response_is_its_tenants_only(gateway: GatewayProcess) -> None:
+    owner, other = client(gateway, "sk-user-0001"), client(gateway, "sk-gamma-001")
+    first = owner.responses.create(model=MODEL, input="Remember my PIN.", max_output_tokens=4)
+    assert owner.responses.retrieve(first.id).id == first.id
+    for attempt in (lambda: other.responses.retrieve(first.id),
+                    lambda: other.responses.cancel(first.id),
+                    lambda: other.responses.create(model=MODEL, input="What was it?",
+                                                   previous_response_id=first.id,
+                                                   max_output_tokens=4)):
+        with pytest.raises(openai.NotFoundError) as refused:
+            attempt()
+        assert refused.value.body["message"] == (  # type: ignore[index]
+            f"Response with id '{first.id}' not found.")
+    # An id nobody made answers the same: the other tenant cannot tell the two apart.
+    with pytest.raises(openai.NotFoundError) as unknown:
+        other.responses.retrieve("resp_" + "0" * 32)
+    assert unknown.value.status_code == 404
+    follow = owner.responses.create(model=MODEL, input="What was it?",
+                                    previous_response_id=first.id, max_output_tokens=4)
+    assert follow.previous_response_id == first.id
