@@ -1,10 +1,18 @@
-"""Every Prometheus series the gateway exports, defined in one place.
+"""Every Prometheus series the gateway exports is registered here.
+
+The gateway's own counters and histograms are defined in
+:class:`GatewayMetrics`. Series read at scrape time from the state they
+describe come from collectors: the pool's (:class:`PoolCollector`: health,
+load, the replicas' own vLLM counters) and the tokenizers' (:class:`HasherCollector`)
+here, and beside the state they read, registered through ``extra=[...]`` in
+``create_app``: ``breaker_metrics`` (circuit breakers), ``memo_metrics``
+(memo sizes), ``fleet_metrics`` (Redis shared state) and ``auth`` (key
+rejections). Reading at scrape time keeps the numbers from drifting from the
+state. The ops view reads this same registry (``gateway.ops_stats``).
 
 Labels are bounded: replica, model, policy, reason, kind, status — never a
-prompt, a user or a key. Gauges that mirror the pool (health, in-flight, the
-replica's own vLLM counters) are read at scrape time by a collector, so the
-numbers cannot drift from the pool's state. The lint and drift counters are
-defined here and incremented by the prompt linter.
+prompt, a user or a key. The lint and drift counters are defined here and
+incremented by the prompt linter.
 """
 
 from __future__ import annotations
