@@ -141,11 +141,11 @@ class HFRenderer:
         return bool(self._chat_template or getattr(self._tokenizer, "chat_template", None))
 
     def render_chat(self, request: Mapping[str, Any]) -> str:
-        kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
-        tools = request.get("tools") or None
-        continue_final = bool(request.get("continue_final_message", False))
-        add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
-        try:
+        try:  # anything a request body holds that the template cannot take is a RenderError
+            kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
+            tools = request.get("tools") or None
+            continue_final = bool(request.get("continue_final_message", False))
+            add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
             prompt = self._tokenizer.apply_chat_template(
                 conversation(request),
                 tools=tools,
@@ -187,7 +187,10 @@ class HFRenderer:
         return self._backend.encode_batch([text], add_special_tokens=add_special_tokens)[0]
 
     def decode(self, token_ids: Sequence[int]) -> str:
-        return str(self._tokenizer.decode(list(token_ids)))
+        try:
+            return str(self._tokenizer.decode(list(token_ids)))
+        except (OverflowError, TypeError, ValueError) as exc:  # ids outside the vocabulary
+            raise RenderError(f"token ids cannot be decoded ({type(exc).__name__})") from exc
 
 
 class ByteRenderer:
@@ -212,6 +215,14 @@ class ByteRenderer:
         return ["<|"]
 
     def render_chat(self, request: Mapping[str, Any]) -> str:
+        try:
+            return self._render(request)
+        except (RecursionError, TypeError, ValueError) as exc:  # nested too deep, odd types
+            if isinstance(exc, RenderError):
+                raise
+            raise RenderError(f"cannot render: {type(exc).__name__}") from exc
+
+    def _render(self, request: Mapping[str, Any]) -> str:
         parts = []
         tools = request.get("tools")
         if tools:

@@ -168,6 +168,10 @@ def quantiles(values: list[float]) -> dict[str, float]:
 
 
 def probe_while(url: str, attack: Any, seconds: float | None = None) -> dict[str, Any]:
+    """The probe's latencies while ``attack()`` runs (or for ``seconds``), and the
+    gateway's own event-loop lag over the window (``prefixgate_event_loop_lag_seconds``:
+    wake-ups later than 50 and 250 ms), which tells its stalls from the machine's."""
+    before = loop_lag(url)
     probe = HealthProbe(url)
     probe.start()
     outcome = asyncio.run(attack()) if attack is not None else None
@@ -175,7 +179,19 @@ def probe_while(url: str, attack: Any, seconds: float | None = None) -> dict[str
         time.sleep(seconds)  # the baseline window: nothing else runs
     probe.stopped.set()
     probe.join()
-    return {**quantiles(probe.latencies), "probe_failures": probe.failures, "attack": outcome}
+    after = loop_lag(url)
+    lag = {f"loop_lag_over_{k}": after.get(k, 0) - before.get(k, 0) for k in ("0.05", "0.25")}
+    return {**quantiles(probe.latencies), "probe_failures": probe.failures, "attack": outcome,
+            **lag}
+
+
+def loop_lag(url: str) -> dict[str, float]:
+    """Wake-ups of the gateway's loop later than 50 and 250 ms, so far."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    buckets = dict(re.findall(r'prefixgate_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)',
+                              text))
+    total = float(buckets.get("+Inf", 0))
+    return {k: total - float(v) for k, v in buckets.items() if k in ("0.05", "0.25")}
 
 
 def hostile_bodies(count: int) -> list[bytes]:
@@ -247,8 +263,10 @@ def report(result: dict[str, Any]) -> str:
          f"{v / 2**20:.1f}",
          f"{result['memos'].get(k.replace('prefixgate_memo_bytes{', 'prefixgate_memo_bytes_limit{'), 0) / 2**20:.0f}"]
         for k, v in sorted(result["memos"].items()) if k.startswith("prefixgate_memo_bytes{")])
-    probe = table(["window", "probes", "p50 ms", "p99 ms", "max ms", "attack answers"], [
+    probe = table(["window", "probes", "p50 ms", "p99 ms", "max ms", "loop wake-ups > 50 ms",
+                   "> 250 ms", "attack answers"], [
         [name, str(w["n"]), str(w["p50_ms"]), str(w["p99_ms"]), str(w["max_ms"]),
+         str(w.get("loop_lag_over_0.05", "-")), str(w.get("loop_lag_over_0.25", "-")),
          json.dumps(w["attack"]) if w["attack"] else "-"]
         for name, w in (("idle", result["idle"]), ("hostile template + 8 MB prompts",
                                                    result["under_attack"]))])
