@@ -40,6 +40,7 @@ the least recently learned go first.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -120,6 +121,9 @@ class PieceReuse:
         self.min_chars = min_chars
         self.max_marks = max_marks
         self.marks: LRU[int, Mark] = LRU(max_marks, max_bytes)
+        self._learning = threading.Lock()
+        """Learning may run in worker threads (``PromptHasher.run_pending_async``): one
+        at a time writes the marks; lookups only read them."""
         self.reuses = 0
         self.rejected = 0
 
@@ -130,9 +134,13 @@ class PieceReuse:
 
     def learn(self, key: PieceKey, encoding: Offsets) -> None:
         """Mark the clean cuts of a tokenized piece (call off the request's path)."""
-        add_special, text = key
-        if len(text) < self.min_chars:
+        if len(key[1]) < self.min_chars:
             return
+        with self._learning:
+            self._learn(key, encoding)
+
+    def _learn(self, key: PieceKey, encoding: Offsets) -> None:
+        add_special, text = key
         seed = int(add_special)
         size = MARK_BYTES + text_bytes(text) * self.step // len(text)
         for end in range(self.step, len(text) + 1, self.step):

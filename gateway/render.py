@@ -427,9 +427,11 @@ class PromptHasher:
         return done + self.run_audits()
 
     async def run_pending_async(self) -> int:
-        """``run_pending`` on the event loop, with every long tokenization in a worker
-        thread (an audit re-tokenizes a whole piece: up to ``max_routed_chars``)."""
-        done = self._learn_pending()
+        """``run_pending`` on the event loop, with the long work in a worker thread:
+        learning a long piece's cuts (the offsets of a 128k-character piece take
+        ~85 ms to read) and an audit's tokenizing of a whole piece."""
+        long = sum(len(key[1]) for key, _ in self._to_learn) > OFFLOAD_CHARS
+        done = await asyncio.to_thread(self._learn_pending) if long else self._learn_pending()
         while self._reuse_audits:
             key, ids = self._reuse_audits.popleft()
             full = (await asyncio.to_thread(self._full_ids, key) if len(key[1]) > OFFLOAD_CHARS
