@@ -11,6 +11,7 @@ exchange is ``gateway.recorder``'s.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -27,6 +28,8 @@ from .proxy import Proxy
 from .routing import Router
 
 T = TypeVar("T")
+
+log = logging.getLogger("prefixgate.state")
 
 async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
     """``work()``, begun one turn of the event loop late.
@@ -86,7 +89,11 @@ class GatewayState:
         if self.lint is None or exchange.route.kind != "chat" or exchange.prompt is None:
             return
         lint = self.lint
-        exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.as_sent,
-                                                     exchange.tenant)
+        try:
+            exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.as_sent,
+                                                         exchange.tenant)
+        except Exception as exc:  # noqa: BLE001 - the linter observes; it never fails a request
+            log.warning("prompt lint could not read a request (%s)", type(exc).__name__)
+            return
         exchange.lint = asyncio.ensure_future(after_request_leaves(
             lambda: lint.check(exchange.model, exchange.as_sent, exchange.tenant)))
