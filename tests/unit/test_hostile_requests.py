@@ -83,3 +83,15 @@ async def test_the_openapi_document_describes_the_routed_bodies() -> None:
     assert "messages" in schemas["ChatCompletionRequest"]["required"]
     assert "prompt" in schemas["CompletionRequest"]["properties"]
     assert "4XX" in chat["responses"] and "/health" in document["paths"]
+
+
+async def test_a_deep_body_without_model_gets_the_model_added_as_sent() -> None:
+    deep = "[" * 300 + "1" + "]" * 300  # deeper than orjson re-encodes (255 levels)
+    body = '{"messages": [{"role": "user", "content": "x"}], "extra": DEEP}'.replace("DEEP", deep)
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", content=body,
+                                     headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert replica.requests[-1]["model"] == "m"
+    assert replica.requests[-1]["messages"] == [{"role": "user", "content": "x"}]
