@@ -419,7 +419,7 @@ class PromptHasher:
 
     def run_pending(self) -> int:
         """Learn the long pieces just tokenized, and run the sampled audits (in this thread)."""
-        done = self._learn_pending()
+        done = self._learn(self._take_learning())
         while self._reuse_audits:
             key, ids = self._reuse_audits.popleft()
             self._check_reuse(key, ids, self._full_ids(key))
@@ -430,8 +430,11 @@ class PromptHasher:
         """``run_pending`` on the event loop, with the long work in a worker thread:
         learning a long piece's cuts (the offsets of a 128k-character piece take
         ~85 ms to read) and an audit's tokenizing of a whole piece."""
-        long = sum(len(key[1]) for key, _ in self._to_learn) > OFFLOAD_CHARS
-        done = await asyncio.to_thread(self._learn_pending) if long else self._learn_pending()
+        batch = self._take_learning()
+        if sum(len(key[1]) for key, _ in batch) > OFFLOAD_CHARS:
+            done = await asyncio.to_thread(self._learn, batch)
+        else:
+            done = self._learn(batch)
         while self._reuse_audits:
             key, ids = self._reuse_audits.popleft()
             full = (await asyncio.to_thread(self._full_ids, key) if len(key[1]) > OFFLOAD_CHARS
@@ -446,15 +449,19 @@ class PromptHasher:
             done += 1
         return done
 
-    def _learn_pending(self) -> int:
+    def _take_learning(self) -> list[tuple[PieceKey, Offsets]]:
+        """The pieces waiting to be learned, taken on the loop (a worker thread then
+        learns them: nothing else reads the list)."""
+        batch = list(self._to_learn)
+        self._to_learn.clear()
+        return batch
+
+    def _learn(self, batch: list[tuple[PieceKey, Offsets]]) -> int:
         reuse = self.reuse
-        done = 0
-        while self._to_learn:
-            key, offsets = self._to_learn.popleft()
-            if reuse is not None:
+        if reuse is not None:
+            for key, offsets in batch:
                 reuse.learn(key, offsets)
-            done += 1
-        return done
+        return len(batch)
 
     def _full_ids(self, key: PieceKey) -> tuple[int, ...]:
         add_special, text = key

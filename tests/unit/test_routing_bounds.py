@@ -129,3 +129,19 @@ def test_the_clock_probe_compiles_only_the_model_template_and_keeps_few() -> Non
         source = TemplateSource(f"{{{{ strftime_now('%Y') }}}} model {i}")
         assert probe.fills_clock(source, chat("x", chat_template=NESTED_LOOPS))
     assert len(probe.compiled) == 2
+
+
+async def test_long_pieces_are_learned_off_the_loop_without_failing(
+        qwen: HFRenderer, caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+
+    hasher = PromptHasher(qwen)
+    prompts = [f"document {i} " + " ".join(f"word{i}x{j}" for j in range(3000)) for i in range(12)]
+    await asyncio.gather(*(hasher.analyse("m", chat(p), "chat", BLOCK) for p in prompts))
+    while hasher._tasks:  # the learning scheduled after each request
+        await asyncio.gather(*list(hasher._tasks))
+    assert hasher.reuse is not None and len(hasher.reuse) > 12 * 100  # every piece's cuts
+    assert "upkeep failed" not in caplog.text
+    # and a piece that grows is tokenized from the known one
+    grown = await hasher.analyse("m", chat(prompts[0] + " and a new question"), "chat", BLOCK)
+    assert hasher.reuse.reuses == 1 and grown.block_hashes
