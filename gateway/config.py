@@ -85,8 +85,11 @@ class ServerSettings(Strict):
     request's headers are complete; an idle new connection is cut at it too."""
     body_timeout: float = Field(30.0, gt=0)
     """Seconds from the end of the headers until the body is complete (408 after)."""
-    keep_alive: float = Field(5.0, gt=0)
-    """Seconds an idle keep-alive connection stays open between requests."""
+    keep_alive: float = Field(75.0, gt=0)
+    """Seconds an idle keep-alive connection stays open between requests. Longer than
+    the clients' own idle expiry (httpx and the openai clients 5 s, aiohttp 15 s), so a
+    client closes an idle connection before the gateway does: at equal timeouts a
+    request sent on a connection the server is closing fails (``ReadError``)."""
     max_connections: int = Field(4096, ge=1)
     """Open connections (or running requests) above which new requests get a 503."""
 
@@ -347,7 +350,6 @@ class Settings(Strict):
     log_level: str = "info"
     access_log: bool = False
     lint: LintSettings = Field(default_factory=LintSettings)
-    limits: LimitSettings = Field(default_factory=LimitSettings)
     api_keys: str | None = None
     """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth``).
     Unset: no client authentication, every route open."""
@@ -358,6 +360,7 @@ class Settings(Strict):
     tenant_salt_secret: str | None = None
     """Secret the tenants' ``cache_salt`` values are derived from; unset: random per
     process (instances and restarts then disagree: set it for a fleet)."""
+    limits: LimitSettings = Field(default_factory=LimitSettings)
     redis_url: str | None = None
     """Shared routing state with the other gateway instances (``gateway.fleet_sync``):
     ``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS. Unset: this instance

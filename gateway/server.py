@@ -17,7 +17,7 @@ httptools protocol) adds, per connection:
 
 and the parser's own 400 (a malformed request) is OpenAI-shaped JSON, as are
 the 408s, and the 503 over the connection limit. With the keep-alive timeout
-(``server.keep_alive``, 5 s) and the connection limit (``server.max_connections``,
+(``server.keep_alive``, 75 s) and the connection limit (``server.max_connections``,
 4096) a slowloris holds at most that many sockets for at most a header
 deadline each.
 

@@ -65,16 +65,16 @@ class GatewayState:
         return list(dict.fromkeys(configured)) or self.pool.known_models()
 
     async def describe(self, exchange: Exchange) -> RouteRequest:
-        """What routing needs to know of a request: its whole prompt's blocks.
+        """What routing needs to know of a request: its prompt's blocks.
 
-        The decision always sees every full block of the prompt, exactly as a
-        full render and tokenize would give them: text shared with earlier
-        requests can sit inside a piece never seen whole (a message that
-        grows, a document with a new question appended), so no piece may be
-        left out. Pieces tokenized before are memoized; a new piece reuses
-        the tokens of the known piece it shares leading text with; what is
-        left to tokenize goes to a worker thread when it is long, so the loop
-        never stalls on it.
+        The decision sees every full block of the prompt up to the routing
+        bounds (``gateway.bounds``), exactly as a full render and tokenize
+        would give them: text shared with earlier requests can sit inside a
+        piece never seen whole (a message that grows, a document with a new
+        question appended), so no piece may be left out. Pieces tokenized
+        before are memoized; what is left to tokenize goes to a worker thread
+        when it is long (``PromptHasher.analyse``), so the loop never stalls
+        on it; a request routing cannot analyse is routed by load.
         """
         model, (kind, body) = exchange.model, exchange.prompt or ("", {})
         session_key, request_id = exchange.session_key, exchange.request_id

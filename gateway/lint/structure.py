@@ -91,7 +91,8 @@ def text_fields(body: Mapping[str, Any]) -> list[TextField]:
                 if isinstance(part, Mapping) and isinstance(part.get("text"), str):
                     out.append(TextField(f"messages[{index}].content[{part_index}].text",
                                          part["text"], region, index))
-        for call_index, call in enumerate(message.get("tool_calls") or []):
+        calls = message.get("tool_calls")
+        for call_index, call in enumerate(calls if isinstance(calls, list) else ()):
             function = call.get("function") if isinstance(call, Mapping) else None
             if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
                 out.append(TextField(

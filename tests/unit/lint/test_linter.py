@@ -187,3 +187,14 @@ def test_report_json_shape(linter: Linter) -> None:
                          "cacheable_prefix_tokens_if_fixed", "findings", "warnings"}
     assert set(data["findings"][0]) >= {"kind", "text", "path", "start", "end", "token_start",
                                         "severity", "confidence", "suggestion"}
+
+
+def test_odd_tool_calls_are_skipped_not_a_crash() -> None:
+    from gateway.lint.structure import text_fields
+
+    body = {"messages": [{"role": "assistant", "content": "ok", "tool_calls": 5},
+                         {"role": "assistant", "tool_calls": {"a": 1}},
+                         {"role": "assistant", "tool_calls": [
+                             {"function": {"name": "f", "arguments": "{\"x\": 1}"}}]}]}
+    paths = [f.path for f in text_fields(body)]
+    assert paths == ["messages[0].content", "messages[2].tool_calls[0].function.arguments"]
