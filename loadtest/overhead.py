@@ -398,8 +398,9 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.pin:
             pin(group, gateways=[s for s in group.services
                                  if s.name.startswith("prefixgate") or s.name == NULL_PROXY])
-        pids = {s.name: s.process.pid for s in group.services
-                if s.name in urls and s.process is not None}
+        # A gateway's service is named after its contender, ":" spelled "-".
+        pids = {name: s.process.pid for name in urls for s in group.services
+                if s.name in (name, name.replace(":", "-")) and s.process is not None}
         for round_index in range(args.rounds + 1):
             workload = overhead_workload(args, seed=round_index)
             for name, url in urls.items():

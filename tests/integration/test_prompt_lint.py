@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
@@ -46,13 +47,20 @@ def ask(api: openai.OpenAI, system: str, question: str = "Is breakfast included?
     return dict(raw.headers)
 
 
+def timestamp_findings(gateway: GatewayProcess) -> float:
+    text = httpx.get(gateway.url + "/metrics").text
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples
+               if s.name == "prefixgate_lint_findings_total" and s.labels["kind"] == "timestamp")
+
+
 def test_lint_header_on_a_timestamp_in_the_system_prompt(lint_gateway: GatewayProcess) -> None:
     api = client(lint_gateway, "app-one")
     stamp = "Current time: 2026-11-30 15:25:07 UTC."
     first = ask(api, POLICY + stamp)  # goes out before the linter has seen its prefix
     ask(api, POLICY)
-    wait_until(lambda: 'prefixgate_lint_findings_total{kind="timestamp"}' in httpx.get(
-        lint_gateway.url + "/metrics").text, what="the first request linted")
+    # The counter exists at 0 from start-up: wait for the first request's finding.
+    wait_until(lambda: timestamp_findings(lint_gateway) >= 1, what="the first request linted")
     stamped = ask(api, POLICY + stamp, "Is parking free?")
     clean = ask(api, POLICY, "Is parking free?")
     assert "x-prefixgate-lint" not in first
