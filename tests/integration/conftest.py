@@ -4,9 +4,11 @@ and the gateway's production HTTP backend against scripted servers."""
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
+import redis
 
 from engine.backend import Timeouts
 from engine.remote import RemoteBackend
@@ -15,6 +17,8 @@ from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
 
 MODEL = "sim-model"
+SYSTEM_REDIS = "redis://127.0.0.1:6379/0"
+"""The machine's Redis (development and CI): each test works under a key prefix of its own."""
 
 
 def sim_args(seed: int, *extra: str) -> list[str]:
@@ -54,9 +58,8 @@ async def remote_backend() -> AsyncIterator[MakeBackend]:
 
 
 @contextlib.contextmanager
-def running_sims(args: list[list[str]]) -> Iterator[list[SimProcess]]:
-    """One sim replica process per argument list, all stopped on the way out."""
-    sims = [SimProcess(a) for a in args]
+def started(sims: list[SimProcess]) -> Iterator[list[SimProcess]]:
+    """The sim processes started, all stopped on the way out."""
     try:
         for sim in sims:
             sim.start()
@@ -64,6 +67,23 @@ def running_sims(args: list[list[str]]) -> Iterator[list[SimProcess]]:
     finally:
         for sim in sims:
             sim.close()
+
+
+def running_sims(args: list[list[str]]) -> contextlib.AbstractContextManager[list[SimProcess]]:
+    """One sim replica process per argument list, all stopped on the way out."""
+    return started([SimProcess(a) for a in args])
+
+
+@pytest.fixture
+def key_prefix() -> Iterator[str]:
+    """A Redis key prefix of this test's own, its keys deleted afterwards."""
+    prefix = f"prefixgate-test-{secrets.token_hex(6)}:"
+    yield prefix
+    client = redis.Redis.from_url(SYSTEM_REDIS)
+    keys = list(client.scan_iter(match=prefix + "*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,8 @@ prefix."""
 from __future__ import annotations
 
 import hashlib
-import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import openai
@@ -23,21 +22,14 @@ from tests.support.api_keys import write_keys
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until
 
-from .conftest import MODEL, gateway_settings, running_sims, sim_args
+from .conftest import MODEL, SYSTEM_REDIS, gateway_settings, running_sims, sim_args
 
 KEY = "sk-shared-0001"
-SYSTEM_REDIS = "redis://127.0.0.1:6379/0"
 
 
 @pytest.fixture
-def prefix() -> Iterator[str]:
-    name = f"prefixgate-test-auth-{secrets.token_hex(6)}:"
-    yield name
-    client = redis_sync.Redis.from_url(SYSTEM_REDIS)
-    stale = list(client.scan_iter(match=name + "*"))
-    if stale:
-        client.delete(*stale)
-    client.close()
+def prefix(key_prefix: str) -> str:
+    return key_prefix
 
 
 @pytest.fixture

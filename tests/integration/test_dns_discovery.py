@@ -25,7 +25,7 @@ from tests.support.ports import free_port
 from tests.support.sim import SimProcess
 from tests.support.waiting import eventually, wait_until
 
-from .conftest import MODEL, sim_args
+from .conftest import MODEL, sim_args, started
 from .test_precise_warm_start import replay_buffer
 
 SYSTEM = "You are the discovered assistant. " + "Answer from the cached handbook. " * 80
@@ -88,14 +88,9 @@ def loopback_sims() -> Iterator[list[SimProcess]]:
     port = free_port()
     slow = ["--step-overhead", "0.05", "--time-scale", "1", "--output-len-min", "60",
             "--output-len-max", "60"]
-    sims = [SimProcess(sim_args(i, *slow), port=port, host=f"127.0.0.{i + 2}") for i in (0, 1)]
-    try:
-        for sim in sims:
-            sim.start()
+    with started([SimProcess(sim_args(i, *slow), port=port, host=f"127.0.0.{i + 2}")
+                  for i in (0, 1)]) as sims:
         yield sims
-    finally:
-        for sim in sims:
-            sim.close()
 
 
 async def test_a_leaving_replica_finishes_its_stream_then_leaves(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import secrets
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,9 +29,8 @@ from tests.support.ports import free_port
 from tests.support.sim import SimProcess
 from tests.support.waiting import eventually, wait_until
 
-from .conftest import MODEL, gateway_settings, running_sims, sim_args
+from .conftest import MODEL, SYSTEM_REDIS, gateway_settings, running_sims, sim_args
 
-SYSTEM_REDIS = "redis://127.0.0.1:6379/0"
 WORDS = ["refund", "order", "shipping", "invoice", "warranty", "region", "cache", "token",
          "replica", "answer", "customer", "premium", "latency", "support"]
 
@@ -41,17 +39,6 @@ WORDS = ["refund", "order", "shipping", "invoice", "warranty", "region", "cache"
 def sims() -> Iterator[list[SimProcess]]:
     with running_sims([sim_args(i, "--block-size", "16") for i in range(4)]) as started:
         yield started
-
-
-@pytest.fixture
-def key_prefix() -> Iterator[str]:
-    prefix = f"prefixgate-test-{secrets.token_hex(6)}:"
-    yield prefix
-    client = redis.Redis.from_url(SYSTEM_REDIS)
-    keys = list(client.scan_iter(match=prefix + "*"))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def instance(sims: list[SimProcess], redis_url: str, key_prefix: str) -> GatewayProcess:

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import GatewayProcess, running_gateway
 from tests.support.sim import SimProcess
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
@@ -25,11 +25,8 @@ def sims() -> Iterator[list[SimProcess]]:
 
 @pytest.fixture(scope="module")
 def gateway(sims: list[SimProcess]) -> Iterator[GatewayProcess]:
-    gw = GatewayProcess(gateway_settings(sims, policy="prefix"))
-    try:
-        yield gw.start()
-    finally:
-        gw.stop()
+    with running_gateway(gateway_settings(sims, policy="prefix")) as gw:
+        yield gw
 
 
 @pytest.fixture()
