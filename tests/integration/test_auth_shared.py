@@ -28,11 +28,6 @@ KEY = "sk-shared-0001"
 
 
 @pytest.fixture
-def prefix(key_prefix: str) -> str:
-    return key_prefix
-
-
-@pytest.fixture
 async def redis() -> AsyncIterator[Redis]:
     client = Redis.from_url(SYSTEM_REDIS)
     try:
@@ -66,8 +61,8 @@ class Fleet:
 
 
 async def test_requests_taken_on_one_instance_count_on_the_other(tmp_path: Path, redis: Redis,
-                                                                 prefix: str) -> None:
-    fleet = Fleet(tmp_path, redis, prefix, requests_per_minute=2)
+                                                                 key_prefix: str) -> None:
+    fleet = Fleet(tmp_path, redis, key_prefix, requests_per_minute=2)
     fleet.admit(1).release()  # instance 1 has served the key before
     fleet.admit(0).release()
     await fleet.sync()
@@ -76,8 +71,8 @@ async def test_requests_taken_on_one_instance_count_on_the_other(tmp_path: Path,
 
 
 async def test_tokens_given_back_after_usage_are_given_back_everywhere(tmp_path: Path, redis: Redis,
-                                                                       prefix: str) -> None:
-    fleet = Fleet(tmp_path, redis, prefix, tokens_per_minute=1000)
+                                                                       key_prefix: str) -> None:
+    fleet = Fleet(tmp_path, redis, key_prefix, tokens_per_minute=1000)
     fleet.admit(1).release()
     grant = fleet.admit(0)
     grant.charge(900, lambda: 100)
@@ -91,8 +86,8 @@ async def test_tokens_given_back_after_usage_are_given_back_everywhere(tmp_path:
 
 
 async def test_concurrency_counts_requests_in_flight_on_every_instance(tmp_path: Path, redis: Redis,
-                                                                       prefix: str) -> None:
-    fleet = Fleet(tmp_path, redis, prefix, max_concurrency=1)
+                                                                       key_prefix: str) -> None:
+    fleet = Fleet(tmp_path, redis, key_prefix, max_concurrency=1)
     fleet.admit(1).release()
     grant = fleet.admit(0)
     await fleet.sync()
@@ -110,7 +105,7 @@ async def test_concurrency_counts_requests_in_flight_on_every_instance(tmp_path:
     assert stuck.usage.in_flight == 1
 
 
-def test_two_gateways_share_a_keys_requests_per_minute(tmp_path: Path, prefix: str) -> None:
+def test_two_gateways_share_a_keys_requests_per_minute(tmp_path: Path, key_prefix: str) -> None:
     keys = write_keys(tmp_path / "keys.yaml",
                       [{"key": KEY, "tenant": "t", "requests_per_minute": 3}])
     store = redis_sync.Redis.from_url(SYSTEM_REDIS)
@@ -118,18 +113,18 @@ def test_two_gateways_share_a_keys_requests_per_minute(tmp_path: Path, prefix: s
 
     def synced_after(moment: float) -> bool:
         """Both instances wrote their in-flight counts after ``moment`` (so read the totals)."""
-        fields = store.hgetall(f"{prefix}auth:inflight:{key_id}")
+        fields = store.hgetall(f"{key_prefix}auth:inflight:{key_id}")
         return len(fields) == 2 and all(float(v.decode().partition(":")[2]) > moment
                                         for v in fields.values())
 
     def fleet_requests() -> float:
-        totals = [store.hget(name, "requests") for name in store.scan_iter(f"{prefix}auth:2*")]
+        totals = [store.hget(name, "requests") for name in store.scan_iter(f"{key_prefix}auth:2*")]
         return sum(float(t) for t in totals if t is not None)
 
     with running_sims([sim_args(0)]) as sims:
         gateways = [GatewayProcess(gateway_settings(sims, policy="prefix", api_keys=keys,
                                                     redis_url=SYSTEM_REDIS,
-                                                    redis_key_prefix=prefix))
+                                                    redis_key_prefix=key_prefix))
                     for _ in range(2)]
         try:
             one, two = (gw.start() for gw in gateways)
