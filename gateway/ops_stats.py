@@ -39,6 +39,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -71,6 +72,11 @@ _GAUGES = {
 }
 
 
+def _counter(name: str, kind: Callable[[float], Any]) -> Any:
+    """A read-only attribute: the named counter of the totals (0 when absent)."""
+    return property(lambda totals: kind(totals.count(name)))
+
+
 @dataclass(frozen=True, slots=True)
 class Totals:
     """Cumulative counts of one replica: counters by name, histograms by name."""
@@ -81,33 +87,13 @@ class Totals:
     def count(self, name: str) -> float:
         return self.counters.get(name, 0.0)
 
-    @property
-    def requests(self) -> int:
-        return int(self.count("requests"))
-
-    @property
-    def errors(self) -> int:
-        return int(self.count("errors"))
-
-    @property
-    def prompt_tokens(self) -> int:
-        return int(self.count("prompt_tokens"))
-
-    @property
-    def predicted_cached_tokens(self) -> int:
-        return int(self.count("predicted_cached_tokens"))
-
-    @property
-    def completion_tokens(self) -> int:
-        return int(self.count("completion_tokens"))
-
-    @property
-    def cache_queries(self) -> float:
-        return self.count("cache_queries")
-
-    @property
-    def cache_hits(self) -> float:
-        return self.count("cache_hits")
+    requests = _counter("requests", int)
+    errors = _counter("errors", int)
+    prompt_tokens = _counter("prompt_tokens", int)
+    predicted_cached_tokens = _counter("predicted_cached_tokens", int)
+    completion_tokens = _counter("completion_tokens", int)
+    cache_queries = _counter("cache_queries", float)
+    cache_hits = _counter("cache_hits", float)
 
     @property
     def predicted_hit_rate(self) -> float | None:
