@@ -43,12 +43,19 @@ class TimeoutSettings(Strict):
     """Per replica; the defaults are ``engine.backend.Timeouts``'."""
 
     connect: float = Field(_TIMEOUTS.connect, gt=0)
+    """Seconds to open a connection; past it the next replica is tried and this one's breaker
+    opens."""
     first_byte: float = Field(_TIMEOUTS.first_byte, gt=0)
     """A stream's status line and first chunk; past it the next replica is tried."""
     response: float = Field(_TIMEOUTS.response, gt=0)
     """Any answer's status line (a non-streaming answer's comes when it is complete)."""
     idle: float = Field(_TIMEOUTS.idle, gt=0)
+    """Seconds allowed between two chunks of a body (a stream's tokens, or a non-streaming body
+    after its status line); past it a stream ends with the error event
+    ``upstream_stream_broken``."""
     probe: float = Field(_TIMEOUTS.probe, gt=0)
+    """Seconds each health probe (``/health``, ``/metrics``, ``/v1/models``) may take; past it
+    the probe counts as failed."""
 
     def engine(self) -> Timeouts:
         return Timeouts(connect=self.connect, first_byte=self.first_byte,
@@ -59,10 +66,16 @@ class SlowReplicaSettings(Strict):
     """A replica much slower than its peers leaves rotation (``engine.breaker``)."""
 
     enabled: bool = _SLOW.enabled
+    """Take a replica much slower than its peers out of rotation (reason ``slow``); ``false``
+    turns the check off."""
     factor: float = Field(_SLOW.factor, gt=1)
+    """How many times slower than its peers a replica may be before it counts as slow."""
     window: int = Field(_SLOW.window, ge=1)
+    """Recent streams per replica whose time to first token the check reads."""
     min_samples: int = Field(_SLOW.min_samples, ge=1)
+    """Streams needed in a window before a replica is judged."""
     min_ttft: float = Field(_SLOW.min_ttft, ge=0)
+    """Seconds: a replica whose median time to first token is under this is never slow."""
 
     def engine(self) -> SlowSettings:
         return SlowSettings(enabled=self.enabled, factor=self.factor, window=self.window,
@@ -75,6 +88,7 @@ class BreakerSettingsModel(Strict):
     cooldown: float = Field(_BREAKER.cooldown, gt=0)
     """Seconds an open breaker waits before one trial (half-open)."""
     slow: SlowReplicaSettings = Field(default_factory=SlowReplicaSettings)
+    """Ejection of replicas much slower than their peers."""
 
 
 class ServerSettings(Strict):
@@ -102,6 +116,7 @@ class KVEventSettings(Strict):
     replay_endpoint: str | None = None
     """ZMQ ROUTER endpoint serving missed batches, e.g. ``tcp://10.0.0.5:5558``."""
     topic: str = "kv"
+    """ZMQ topic the replica publishes its KV events on (``topic`` of ``--kv-events-config``)."""
 
 
 class VllmSettings(Strict):
@@ -114,17 +129,28 @@ class VllmSettings(Strict):
     model: str
     """Model folder or name (``vllm serve MODEL``)."""
     served_model_name: str | None = None
+    """``--served-model-name``: the model name clients send."""
     tensor_parallel_size: int | None = Field(None, ge=1)
+    """``--tensor-parallel-size``: GPUs one replica spans."""
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """``--gpu-memory-utilization``: the share of each GPU's memory vLLM may use."""
     max_model_len: int | None = Field(None, gt=0)
+    """``--max-model-len``: the longest context a request may have."""
     enable_prefix_caching: bool = True
+    """``--enable-prefix-caching`` (or ``--no-enable-prefix-caching``): what the gateway routes
+    for."""
     kv_cache_dtype: str | None = None
     """``auto``, ``fp8``, ``fp8_e4m3``, ``fp8_e5m2``, ``int8`` ... as vLLM accepts."""
     quantization: str | None = None
+    """``--quantization``: the weights' format (``fp8``, ``awq``, ...)."""
     block_size: int | None = Field(None, gt=0)
+    """``--block-size``: tokens per KV block."""
     load_format: str | None = None
+    """``--load-format`` (``dummy`` for random weights in tests)."""
     enforce_eager: bool = False
+    """``--enforce-eager``: no CUDA graphs."""
     num_gpu_blocks_override: int | None = Field(None, gt=0)
+    """``--num-gpu-blocks-override``: KV blocks to allocate instead of what memory allows."""
     extra_args: list[str] = Field(default_factory=list)
     """Any other ``vllm serve`` flags, passed through as given."""
 
@@ -159,24 +185,41 @@ class CapacitySettings(Strict):
     config: str
     """The model's ``config.json``, or the folder holding it."""
     tensor_parallel_size: int = Field(1, ge=1)
+    """GPUs the replica spans (its KV heads are split across them)."""
     kv_cache_dtype: str = "auto"
+    """The replica's KV cache dtype (``auto``, ``fp8``, ``int8`` ...)."""
     weight_dtype: str = "auto"
+    """The weights' dtype (``auto``: the model's own; ``fp8``, ``awq`` ...)."""
     gpu_memory_gb: float = Field(80.0, gt=0)
+    """Memory of each GPU, in GiB."""
     gpu_memory_utilization: float = Field(0.92, gt=0, le=1)
+    """vLLM's ``--gpu-memory-utilization``."""
     max_model_len: int | None = Field(None, gt=0)
+    """vLLM's ``--max-model-len``; unset: the model's own."""
     block_size: int = Field(16, gt=0)
+    """Tokens per KV block."""
 
 
 class ReplicaSettings(Strict):
     url: str = "http://inprocess"
     """Base URL of a remote replica (not used by an in-process one)."""
     id: str | None = None
+    """Its name in headers, metrics and logs; default ``r0``, ``r1``, ... by position."""
     model: str | None = None
+    """Served model name; discovered from the replica's ``/v1/models`` when unset."""
     kind: Literal["remote", "inprocess"] = "remote"
+    """``remote``: a vLLM server at ``url``; ``inprocess``: vLLM's ``AsyncLLM`` inside the
+    gateway, started from ``vllm``."""
     vllm: VllmSettings | None = None
+    """Its vLLM launch arguments (required for ``inprocess``)."""
     block_size: int | None = Field(None, gt=0)
+    """KV block size; read from the replica's ``/metrics`` (``vllm:cache_config_info``) when
+    unset."""
     api_key: str | None = None
+    """Bearer token the gateway sends to this replica (it replaces the client's
+    ``Authorization``)."""
     kv_events: KVEventSettings | None = None
+    """Where the replica publishes vLLM KV-cache events, for the ``precise`` policy."""
     capacity: CapacitySettings | None = None
     """KV capacity to assume while the replica publishes none (see ``CapacitySettings``)."""
 
@@ -200,8 +243,11 @@ class DiscoveredKVEvents(Strict):
     """Where each discovered replica publishes its KV events: ``tcp://ADDRESS:port``."""
 
     port: int = Field(5557, ge=1, le=65535)
+    """Port of each address's ZMQ PUB socket."""
     replay_port: int | None = Field(5558, ge=1, le=65535)
+    """Port of each address's replay (ROUTER) socket; unset: no replay."""
     topic: str = "kv"
+    """ZMQ topic of the events."""
 
 
 class ReplicaSource(Strict):
@@ -210,15 +256,23 @@ class ReplicaSource(Strict):
     ``health_interval``; addresses that appear join, those that vanish drain and leave."""
 
     dns: str = Field(min_length=1)
+    """DNS name whose addresses are the replicas (a Kubernetes headless Service)."""
     port: int = Field(8000, ge=1, le=65535)
+    """Port of each replica's HTTP server."""
     model: str | None = None
+    """Served model name; discovered from each replica's ``/v1/models`` when unset."""
     kind: Literal["remote"] = "remote"
+    """Discovered replicas are remote vLLM servers."""
     scheme: Literal["http", "https"] = "http"
+    """``http`` or ``https`` to each replica."""
     id_prefix: str | None = None
     """Replica ids are ``PREFIX-ADDRESS``; default: the name's first label."""
     block_size: int | None = Field(None, gt=0)
+    """KV block size; read from each replica's ``/metrics`` when unset."""
     api_key: str | None = None
+    """Bearer token the gateway sends to each replica."""
     kv_events: DiscoveredKVEvents | None = None
+    """Where each replica publishes its KV events (the same ports on every address)."""
     drain_seconds: float = Field(30.0, ge=0)
     """How long a leaving replica's in-flight requests may run before it is dropped."""
 
@@ -269,26 +323,44 @@ class LimitSettings(Strict):
     """
 
     max_routed_tokens: int = Field(default=32_768, ge=1)
+    """Tokens of a prompt hashed for routing (a completions prompt's token ids read); the rest is
+    forwarded, not analysed."""
     max_routed_chars: int = Field(default=131_072, ge=1)
+    """Characters of content (chat) or prompt (completions) read for routing; also the largest
+    ``tools`` / ``chat_template_kwargs`` analysed."""
     max_routed_messages: int = Field(default=1024, ge=1)
+    """Messages of a chat request read for routing."""
     piece_memo_tokens: int = Field(default=2_000_000, ge=1)
+    """The ``pieces`` memo (token ids per prompt piece): tokens held."""
     piece_memo_bytes: int = Field(default=96 << 20, ge=1)
+    """The ``pieces`` memo: estimated bytes held."""
     chain_memo_blocks: int = Field(default=1_000_000, ge=1)
+    """The ``chain`` memo (block hashes per piece): blocks held."""
     chain_memo_bytes: int = Field(default=96 << 20, ge=1)
+    """The ``chain`` memo: estimated bytes held."""
     turn_memo_blocks: int = Field(default=1_000_000, ge=1)
+    """The ``turns`` memo (where a conversation's block chain stood after a user turn): blocks
+    held."""
     turn_memo_bytes: int = Field(default=64 << 20, ge=1)
+    """The ``turns`` memo: estimated bytes held."""
     reuse_marks: int = Field(default=200_000, ge=1)
+    """The ``reuse_marks`` memo (clean cuts of long pieces, for piece reuse): marks held."""
     reuse_marks_bytes: int = Field(default=64 << 20, ge=1)
+    """The ``reuse_marks`` memo: estimated bytes held (a mark is weighed with its share of its
+    piece's text)."""
     template_memo_entries: int = Field(default=4096, ge=1)
     """Per model: the conversation memo's rendered anchors and generation prompts."""
     template_memo_bytes: int = Field(default=16 << 20, ge=1)
+    """The ``anchors`` and ``generation_prompts`` memos: estimated bytes held, per model."""
     compiled_templates: int = Field(default=64, ge=1)
     """Compiled chat templates the linter's clock probe keeps."""
     compiled_template_bytes: int = Field(default=32 << 20, ge=1)
+    """The ``compiled_templates`` memo: estimated bytes held."""
 
 
 class ModelSettings(Strict):
     name: str
+    """Served model name, as clients send it in ``model``."""
     tokenizer: str | None = None
     """Hugging Face folder with tokenizer.json and the chat template."""
 
@@ -302,16 +374,21 @@ class EmbeddedSettings(Strict):
     """
 
     kind: Literal["vllm-cpu", "sim"] = "vllm-cpu"
+    """``vllm-cpu``: real vLLM-on-CPU replicas; ``sim``: simulated ones."""
     replicas: int = Field(2, ge=1, le=16)
+    """How many replicas to start."""
     model: str | None = None
     """Served model name; default ``smollm2`` (vllm-cpu) or ``sim-model`` (sim)."""
     vllm_model: str = "smollm2-135m-instruct"
     """Model folder of the vLLM-on-CPU setup to serve."""
     max_model_len: int = Field(2048, gt=0)
+    """The replicas' longest context, in tokens."""
     block_size: int = Field(16, gt=0)
     """Simulated replicas' KV block size (vLLM on CPU always uses 32)."""
     num_blocks: int = Field(4096, gt=0)
+    """Simulated replicas' KV capacity, in blocks."""
     time_scale: float = Field(1.0, gt=0)
+    """Simulated replicas run this many times faster than their latency model."""
 
     def served_name(self) -> str:
         return self.model or ("smollm2" if self.kind == "vllm-cpu" else "sim-model")
@@ -319,37 +396,56 @@ class EmbeddedSettings(Strict):
 
 class Settings(Strict):
     host: str = "127.0.0.1"
+    """Listen address."""
     port: int = Field(8000, ge=0, le=65535)
+    """Listen port."""
     policy: str = "auto"
     """A policy name, or ``auto``: ``precise`` when every replica publishes KV events
     (``kv_events`` set, or in-process), else ``prefix``."""
     policy_options: dict[str, Any] = Field(default_factory=dict)
+    """The policy's typed options (an unknown one is an error naming the known ones); see
+    Policies."""
     replicas: list[ReplicaSettings] = Field(default_factory=list)
+    """The replicas, each a mapping (below). None and no ``replicas_from``: the embedded default."""
     replicas_from: list[ReplicaSource] = Field(default_factory=list)
     """Replica sources beside the static list: DNS names whose addresses are replicas."""
     models: list[ModelSettings] = Field(default_factory=list)
+    """Served models with the tokenizer folder used to render and hash their prompts."""
     tokenizer: str | None = None
     """Tokenizer folder of the one model the replicas serve, when ``models``
     does not name it (``--tokenizer`` without ``--model``)."""
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
+    """What ``prefixgate serve`` starts when no replica is configured."""
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    """Deadlines towards each replica."""
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
+    """Largest request body; larger ones get 413."""
     max_attempts: int = Field(3, ge=1)
     """Replicas tried for one request before the first byte (failover)."""
     health_interval: float = Field(1.0, gt=0)
+    """Seconds between two probes of each replica (``/health`` and ``/metrics``), and between two
+    resolutions of ``replicas_from``."""
     fail_threshold: int = Field(FAIL_THRESHOLD, ge=1)
     """Failed probes in a row before a replica leaves rotation (a refused
     connection on the request path takes it out at once)."""
     breaker: BreakerSettingsModel = Field(default_factory=BreakerSettingsModel)
+    """Each replica's circuit breaker and slow-replica ejection."""
     server: ServerSettings = Field(default_factory=ServerSettings)
+    """The HTTP server's bounds on slow and idle clients."""
     drain_seconds: float = Field(30.0, ge=0)
     """On SIGTERM: seconds in-flight requests may finish before their streams are
     ended with an error event (new requests get 503 meanwhile)."""
     default_block_size: int = Field(16, gt=0)
+    """KV block size of a replica that does not publish ``vllm:cache_config_info``."""
     retry_after_seconds: int = Field(1, ge=0)
+    """``Retry-After`` of a 503 when no replica is healthy, and of a concurrency 429."""
     log_level: str = "info"
+    """``debug``, ``info``, ``warning`` or ``error``."""
     access_log: bool = False
+    """One JSON line per request on the log (request id, model, replica, reason, status, token
+    counts, timings; no prompt text, no tenant)."""
     lint: LintSettings = Field(default_factory=LintSettings)
+    """The prompt linter in live traffic."""
     api_keys: str | None = None
     """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth``).
     Unset: no client authentication, every route open."""
@@ -361,6 +457,7 @@ class Settings(Strict):
     """Secret the tenants' ``cache_salt`` values are derived from; unset: random per
     process (instances and restarts then disagree: set it for a fleet)."""
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    """What one request may cost routing, and what the prompt memos may hold."""
     redis_url: str | None = None
     """Shared routing state with the other gateway instances (``gateway.fleet_sync``):
     ``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS. Unset: this instance
