@@ -1,4 +1,4 @@
-"""A replica's circuit breaker, and the detector of replicas much slower than their peers.
+"""A replica's circuit breaker: in rotation, out, or on trial.
 
     closed ──(fail_threshold failures in a row, or one request-path failure,
     │         or "much slower than its peers")──> open
@@ -14,15 +14,13 @@ is the trial. Why it opened matters for what may close it: a replica that was
 *slow* answers ``/health`` as fast as ever, so only a request whose time to
 first token is no longer slow closes it.
 
-Both classes are pure: the caller hands them the time (``now``), so tests
-drive them with a fake clock.
+The breaker is pure: the caller hands it the time (``now``), so tests drive
+it with a fake clock. What counts as "much slower" is :mod:`engine.slow`'s.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
-from collections import deque
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -141,60 +139,3 @@ class CircuitBreaker:
         self.reason = reason
         self.opened_at = now
         self.trial_taken = False
-
-
-@dataclass(frozen=True, slots=True)
-class SlowSettings:
-    enabled: bool = True
-    factor: float = 5.0
-    """A replica is slow when its median time to first token over the window is
-    more than ``factor`` times the median of its peers' medians."""
-    window: int = 50
-    """Time-to-first-token samples kept per replica."""
-    min_samples: int = 20
-    """Samples a replica (and at least one peer) needs before it can be judged."""
-    min_ttft: float = 0.25
-    """Seconds: a median under this is never slow (tiny absolute gaps are noise)."""
-
-
-class SlowDetector:
-    """Per-replica windows of time to first token, compared with the fleet's."""
-
-    def __init__(self, settings: SlowSettings = SlowSettings()) -> None:
-        self.settings = settings
-        self._samples: dict[str, deque[float]] = {}
-
-    def record(self, replica_id: str, ttft: float) -> None:
-        window = self._samples.get(replica_id)
-        if window is None:
-            window = self._samples[replica_id] = deque(maxlen=max(1, self.settings.window))
-        window.append(ttft)
-
-    def forget(self, replica_id: str) -> None:
-        """Start the replica's window afresh (it left rotation, or left the fleet)."""
-        self._samples.pop(replica_id, None)
-
-    def median(self, replica_id: str) -> float | None:
-        window = self._samples.get(replica_id)
-        if not window or len(window) < self.settings.min_samples:
-            return None
-        return statistics.median(window)
-
-    def is_slow(self, replica_id: str, peers: list[str]) -> bool:
-        """Whether ``replica_id`` is much slower than the median of ``peers`` (others in rotation)."""
-        if not self.settings.enabled:
-            return False
-        mine = self.median(replica_id)
-        if mine is None or mine < self.settings.min_ttft:
-            return False
-        others = [m for m in (self.median(p) for p in peers if p != replica_id) if m is not None]
-        if not others:
-            return False
-        return mine > self.settings.factor * statistics.median(others)
-
-    def trial_is_slow(self, ttft: float, peers: list[str]) -> bool:
-        """Whether one half-open trial's time to first token is still slow."""
-        others = [m for m in (self.median(p) for p in peers) if m is not None]
-        if not self.settings.enabled or not others or ttft < self.settings.min_ttft:
-            return False
-        return ttft > self.settings.factor * statistics.median(others)

@@ -15,8 +15,16 @@ good one closes it. A replica is ``healthy`` while its breaker is closed; a
 half-open one is a routing candidate (``snapshot``) until its trial is taken.
 Listeners hear every change of health (policies drop what they knew).
 
-In-flight accounting is the gateway's own: ``with pool.lease(id):`` counts a
-request from the moment it is routed until its last byte, whatever way it ends.
+In-flight accounting is the gateway's own: ``with pool.lease(id, prefill_tokens)
+as lease:`` counts a request from the moment it is sent until its last byte,
+whatever way it ends, and its prompt tokens as the replica's unconfirmed
+prefill until ``report_first_byte(lease, ttft)`` confirms them or the lease
+ends (:mod:`engine.prefill`: the queue drains at the replica's measured speed
+meanwhile, so a non-streaming request's prefill does not count until its
+whole answer is back). Each first token's time, with the work the request
+found queued plus its own, feeds the slow-replica detector
+(:mod:`engine.slow`), which judges a replica by the time it takes for the
+work it was given, not by raw latency.
 ``snapshot()`` returns frozen :class:`policies.types.ReplicaView` values, so a
 policy decides on a consistent picture with no awaits inside.
 """
@@ -35,17 +43,11 @@ import orjson
 from policies.types import ReplicaView
 
 from .backend import Backend
-from .breaker import (
-    COOLDOWN,
-    BreakerSettings,
-    CircuitBreaker,
-    Reason,
-    SlowDetector,
-    SlowSettings,
-    State,
-)
+from .breaker import COOLDOWN, BreakerSettings, CircuitBreaker, Reason, State
 from .errors import EngineError
+from .prefill import PrefillQueue
 from .scrape import ReplicaMetrics, parse_vllm_metrics
+from .slow import SlowDetector, SlowSettings
 from .tasks import cancel
 
 log = logging.getLogger("prefixgate.pool")
@@ -56,6 +58,8 @@ FAIL_THRESHOLD = 2
 """Failed probes in a row before a replica leaves rotation (the settings' default)."""
 DRAIN_POLL = 0.05
 """Seconds between two looks at a leaving replica's in-flight count."""
+PREFILL_SECONDS_PER_TOKEN = 0.0001
+"""A replica's prefill speed until its own times to first token say (10k tokens/s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,10 @@ class Replica:
     probes: int = 0
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     """Starts open with its cool-down behind it: the first probe is its trial."""
+    prefill: PrefillQueue = field(default_factory=PrefillQueue)
+    """The prefill the gateway sent here that the replica has not confirmed."""
+    seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN
+    """Its measured prefill speed (``engine.slow``), at which ``prefill`` drains."""
 
     @property
     def id(self) -> str:
@@ -117,17 +125,34 @@ class Replica:
             return "replica"
         return "plan" if self.spec.planned_blocks else None
 
-    def view(self, default_block_size: int, now: float | None = None) -> ReplicaView:
+    def view(self, default_block_size: int, now: float) -> ReplicaView:
         return ReplicaView(
             id=self.spec.id,
-            healthy=self.healthy if now is None else self.breaker.admits(now),
+            healthy=self.breaker.admits(now),
             inflight=self.inflight + self.remote_inflight,
             running=self.metrics.running,
             waiting=self.metrics.waiting,
             kv_usage=self.metrics.kv_usage,
             block_size=self.block_size(default_block_size),
             block_capacity=self.capacity_blocks,
+            pending_requests=self.prefill.requests,
+            pending_prefill_tokens=self.prefill.tokens(now, self.seconds_per_token),
         )
+
+
+@dataclass(slots=True)
+class Lease:
+    """One request on one replica, from the moment it is sent until it ends."""
+
+    replica: Replica
+    prefill_tokens: int
+    """The prompt tokens it must prefill there (its uncached part, as predicted)."""
+    work: int
+    """Those, plus the unconfirmed prefill queued ahead of it when it was sent."""
+    trial: bool
+    """It is the replica's half-open trial."""
+    prefilled: bool = False
+    """Its prefill is settled: confirmed (first token) or left with the request."""
 
 
 class ReplicaPool:
@@ -252,16 +277,27 @@ class ReplicaPool:
     # -- accounting ------------------------------------------------------------
 
     @contextlib.contextmanager
-    def lease(self, replica_id: str) -> Iterator[Replica]:
-        """Count a request on the replica; a half-open replica's first is its trial."""
+    def lease(self, replica_id: str, prefill_tokens: int = 0) -> Iterator[Lease]:
+        """Count a request on the replica, and its ``prefill_tokens`` as unconfirmed
+        prefill there; a half-open replica's first request is its trial."""
         replica = self._replicas[replica_id]
+        now = self._clock()
         replica.inflight += 1
-        trial = replica.breaker.attempt(self._clock())
+        ahead = replica.prefill.add(prefill_tokens, now, replica.seconds_per_token)
+        lease = Lease(replica, prefill_tokens, ahead + prefill_tokens,
+                      trial=replica.breaker.attempt(now))
         try:
-            yield replica
+            yield lease
         finally:
             replica.inflight -= 1
-            replica.breaker.attempt_ended(trial)
+            self._settle(lease)
+            replica.breaker.attempt_ended(lease.trial)
+
+    def _settle(self, lease: Lease) -> None:
+        if not lease.prefilled:
+            lease.prefilled = True
+            replica = lease.replica
+            replica.prefill.settle(lease.prefill_tokens, self._clock(), replica.seconds_per_token)
 
     def set_remote_inflight(self, counts: Mapping[str, int]) -> None:
         """Other gateway instances' in-flight requests per replica (absent: none); the
@@ -281,23 +317,27 @@ class ReplicaPool:
         replica.breaker.request_failed(self._clock())
         self._sync(replica)
 
-    def report_first_byte(self, replica_id: str, ttft: float | None) -> None:
-        """The replica answered (``ttft``: a stream's time to first token). A trial
-        closes the breaker unless it is still slow; a replica much slower than
-        its peers in rotation opens it."""
-        replica = self._replicas[replica_id]
-        breaker = replica.breaker
+    def report_first_byte(self, lease: Lease, ttft: float | None) -> None:
+        """The replica answered the lease's request (``ttft``: a stream's time to first
+        token): its prefill is confirmed. A trial closes the breaker unless it is still
+        slow; a replica much slower than its peers for the same work opens it."""
+        self._settle(lease)
+        replica = lease.replica
+        replica_id, breaker = replica.id, replica.breaker
         peers = [r.id for r in self._replicas.values()
                  if r.id != replica_id and r.breaker.state is State.CLOSED]
         slow = False
         if ttft is not None:
             if breaker.state is State.CLOSED:
-                self.slow.record(replica_id, ttft)
+                self.slow.record(replica_id, ttft, lease.work)
+                replica.seconds_per_token = (self.slow.seconds_per_token(replica_id)
+                                             or PREFILL_SECONDS_PER_TOKEN)
                 slow = self.slow.is_slow(replica_id, peers)
             else:
-                slow = self.slow.trial_is_slow(ttft, peers)
+                slow = self.slow.trial_is_slow(ttft, lease.work, peers)
         if slow:
-            replica.last_error = "much slower than its peers (time to first token)"
+            replica.last_error = ("much slower than its peers for the same work "
+                                  "(time to first token for its queued and uncached tokens)")
         breaker.success(self._clock(), slow=slow)
         self._sync(replica)
 

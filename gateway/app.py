@@ -37,6 +37,7 @@ from .hashers import HasherSet, TokenizerConfigError
 from .inprocess_replicas import start_inprocess
 from .kv_capacity import planned_blocks
 from .kv_feed import KVFeed
+from .lifecycle import Lifecycle
 from .lint.ops import dashboard_feeds
 from .lint.service import LintLimits, LintService
 from .lint.suggest import SUGGESTIONS
@@ -155,7 +156,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         if fleet is not None:
             router.add_observer(fleet.routed)
-        proxy = Proxy(pool, metrics, settings.max_attempts, Recorder(metrics, router),
+        lifecycle = Lifecycle([router, Recorder(metrics, policy.name)])
+        proxy = Proxy(pool, metrics, settings.max_attempts, lifecycle,
                       timeouts=settings.timeouts.engine(), drain=drain)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn,

@@ -23,8 +23,9 @@ from pydantic import (
 )
 
 from engine.backend import Timeouts
-from engine.breaker import BreakerSettings, SlowSettings
+from engine.breaker import BreakerSettings
 from engine.pool import FAIL_THRESHOLD
+from engine.slow import SlowSettings
 
 _TIMEOUTS = Timeouts()
 _BREAKER = BreakerSettings()

@@ -195,6 +195,17 @@ class Exchange:
         reusable = (max(request.prompt_tokens - 1, 0) // request.block_size) * request.block_size
         return min(blocks * request.block_size, reusable)
 
+    def uncached_tokens(self, replica_id: str) -> int:
+        """Prompt tokens ``replica_id`` must prefill for this request, as the decision
+        expected: the prompt less what it holds or has on its way (0 when not routed by
+        prefix: the gateway did not read the prompt)."""
+        request = self.request
+        if request is None:
+            return 0
+        prompt = request.prompt_tokens or len(request.block_hashes) * request.block_size
+        held = self.decision.matched_blocks.get(replica_id, 0) if self.decision else 0
+        return max(0, prompt - held * request.block_size)
+
     def reason(self, replica_id: str) -> str:
         """Why ``replica_id`` answered: the policy's reason (``hit``, ``miss``,
         ``load-fallback``, ``session``, ...), or ``failover`` when the replica

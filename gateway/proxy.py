@@ -20,6 +20,12 @@ the next replica) and the drain (its end answers 503). The answer's time to
 first chunk goes to the pool, which compares it with the replica's peers.
 
 An answer with an error status from a replica is passed through unchanged.
+
+Each attempt holds a pool lease (in-flight count, and the request's uncached
+prompt tokens as the replica's unconfirmed prefill until its first byte) and
+is told to the lifecycle's observers (``gateway.lifecycle``): sent, then its
+first byte or its failure; the end of the exchange completes it. The proxy
+does not know who listens.
 """
 
 from __future__ import annotations
@@ -30,18 +36,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from starlette.responses import Response
 
 from engine.backend import Timeouts, UpstreamResponse
 from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable
-from engine.pool import ReplicaPool
+from engine.pool import Lease, ReplicaPool
 
 from .drain import Drain
 from .errors import UpstreamFailed, UpstreamTimeout
 from .exchange import Exchange
 from .interrupts import ClientGone, RequestGuard
+from .lifecycle import Attempt, Lifecycle
 from .metrics import GatewayMetrics
 from .streaming import RelayStream, StreamCut
 from .usage import StreamObserver, usage_from_json
@@ -61,21 +67,14 @@ class _Answer:
     streams: bool
 
 
-class Recorder(Protocol):
-    """Told once when an exchange is over: answered, failed or abandoned
-    (``gateway.recorder.Recorder``)."""
-
-    def record(self, exchange: Exchange) -> None: ...
-
-
 class Proxy:
     def __init__(self, pool: ReplicaPool, metrics: GatewayMetrics, max_attempts: int,
-                 recorder: Recorder, clock: Callable[[], float] = time.perf_counter,
+                 lifecycle: Lifecycle, clock: Callable[[], float] = time.perf_counter,
                  timeouts: Timeouts | None = None, drain: Drain | None = None) -> None:
         self.pool = pool
         self.metrics = metrics
         self.max_attempts = max_attempts
-        self.recorder = recorder
+        self.lifecycle = lifecycle
         self.clock = clock
         self.first_byte = (timeouts or Timeouts()).first_byte
         self.drain = drain or Drain(0)
@@ -95,7 +94,7 @@ class Proxy:
         except ClientGone:
             outcome = exchange.outcome
             outcome.status, outcome.error = 499, "client disconnected"
-            self.recorder.record(exchange)
+            self.lifecycle.complete(exchange)
             return Response(status_code=499)
         finally:
             guard.close()
@@ -110,7 +109,9 @@ class Proxy:
             outcome.attempts += 1
             outcome.replica_id = replica_id
             stack = contextlib.ExitStack()
-            stack.enter_context(self.pool.lease(replica_id))
+            lease = stack.enter_context(
+                self.pool.lease(replica_id, exchange.uncached_tokens(replica_id)))
+            attempt = stack.enter_context(self.lifecycle.attempt(exchange, replica_id))
             try:
                 with guard.waiting_on(replica_id):
                     answer = await self._attempt(exchange, replica_id)
@@ -124,7 +125,7 @@ class Proxy:
             except BaseException:
                 stack.close()
                 raise
-            return self._answer(exchange, replica_id, answer, stack, before_forward, guard)
+            return self._answer(exchange, lease, attempt, answer, stack, before_forward, guard)
         message = last_error.detail if last_error else "no replica could be tried"
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
@@ -151,12 +152,15 @@ class Proxy:
                                  f"({self.first_byte:g}s)") from None
         return _Answer(upstream, first, self.clock() - sent, True)
 
-    def _answer(self, exchange: Exchange, replica_id: str, answer: _Answer,
+    def _answer(self, exchange: Exchange, lease: Lease, attempt: Attempt, answer: _Answer,
                 stack: contextlib.ExitStack, before_forward: float,
                 guard: RequestGuard) -> Response | RelayStream:
         """What the client gets from the replica that answered (which closes its breaker)."""
-        self.pool.report_first_byte(replica_id, answer.ttft)
+        replica_id = attempt.replica_id
+        self.pool.report_first_byte(lease, answer.ttft)
         upstream, outcome = answer.upstream, exchange.outcome
+        if upstream.status_code == 200:
+            attempt.answered()
         headers = self._headers(upstream, exchange, replica_id)
         if answer.streams:
             received = self.clock()
@@ -173,7 +177,7 @@ class Proxy:
         if upstream.status_code == 200:
             outcome.usage = usage_from_json(answer.body)
             outcome.output_tokens = outcome.usage.completion_tokens if outcome.usage else 0
-        self.recorder.record(exchange)
+        self.lifecycle.complete(exchange)
         return Response(answer.body, status_code=upstream.status_code, headers=headers)
 
     def _on_health(self, replica_id: str, healthy: bool) -> None:
@@ -219,7 +223,7 @@ class Proxy:
                     outcome.error = "ended at the end of the drain period"
                 elif error is not None:
                     outcome.error = "client disconnected"
-                self.recorder.record(exchange)
+                self.lifecycle.complete(exchange)
 
         return RelayStream(first, upstream.chunks, upstream.status_code, headers,
                            observer.feed, finish, first_sent, tracking=self.drain.tracking,

@@ -1,25 +1,16 @@
-"""What the gateway does with a finished exchange: learning, metrics, one log line.
+"""What the gateway does with a finished exchange: metrics and one log line.
 
-``Recorder.record(exchange)`` runs once per routed request, when its last
-byte is sent (or it failed): the policy's ``observe`` for the replica that
-really answered (``Router.observe``; failover included), the per-replica
-counters and histograms of ``gateway.metrics`` (which the ops view reads
-too: ``gateway.ops_stats``), and, when the access log is on, one JSON line
-without prompt text.
+``Recorder`` observes each routed request's lifecycle (``gateway.lifecycle``)
+and acts once, when it is complete (its last byte sent, or it failed): the
+per-replica counters and histograms of ``gateway.metrics`` (which the ops
+view reads too: ``gateway.ops_stats``), and, when the access log is on, one
+JSON line without prompt text. (What the policy learns is the router's:
+``gateway.routing``.)
 
 ``count_responses`` wraps the whole app: every answer that no exchange
 recorded — the gateway's own errors (400, 404, 413, 502, 503, ...), refusals
 before a request is routed — is counted in ``prefixgate_requests_total``
 with replica ``none``, so the error panels see an outage, not a gap.
-
-Why the policy learns at the end and not when the request is sent: learning
-at send time keeps a burst of requests with a new prefix together (+3.5
-points of hit rate on shared-prefix), but with many users sharing a system
-prompt it piles every new conversation onto the first replica that got it
-(multi-turn, 12 users at once: 2 of 4 replicas took all 240 requests, the
-hit rate fell 6 points and throughput halved; BENCHMARKS.md "Routing on
-every request shape"). Learning at the end spreads a burst first, and each
-replica learns the shared prefix once.
 """
 
 from __future__ import annotations
@@ -32,18 +23,18 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .exchange import MODEL, RECORDED, Exchange
+from .lifecycle import Silent
 from .metrics import GatewayMetrics
-from .routing import Router
 
 log = logging.getLogger("prefixgate.access")
 
 
-class Recorder:
-    def __init__(self, metrics: GatewayMetrics, router: Router) -> None:
+class Recorder(Silent):
+    def __init__(self, metrics: GatewayMetrics, policy_name: str) -> None:
         self.metrics = metrics
-        self.router = router
+        self.policy_name = policy_name
 
-    def record(self, exchange: Exchange) -> None:
+    def on_complete(self, exchange: Exchange) -> None:
         exchange.client.scope[RECORDED] = True
         m, outcome, request = self.metrics, exchange.outcome, exchange.request
         replica = outcome.replica_id or "none"
@@ -52,8 +43,6 @@ class Recorder:
         predicted = exchange.predicted_cached(replica)
         prompt_tokens = request.prompt_tokens if request is not None else 0
         if outcome.status == 200 and outcome.replica_id:
-            if request is not None and exchange.decision is not None:
-                self.router.observe(request, exchange.decision, outcome.replica_id)
             m.request_seconds.labels(replica).observe(elapsed)
             m.prompt_tokens.labels(replica).inc(prompt_tokens)
             m.predicted_cached_tokens.labels(replica).inc(predicted)
@@ -71,7 +60,7 @@ class Recorder:
             decision = exchange.decision
             log.info(orjson.dumps({
                 "request_id": exchange.request_id, "model": exchange.model, "replica": replica,
-                "policy": self.router.policy.name,
+                "policy": self.policy_name,
                 "reason": exchange.reason(replica) if decision is not None else None,
                 "status": outcome.status, "attempts": outcome.attempts,
                 "prompt_tokens": prompt_tokens, "matched_tokens": predicted,

@@ -1,9 +1,13 @@
-"""From a parsed request to a routing decision.
+"""From a parsed request to a routing decision, and what the policy learns after.
 
 ``Router.decide`` takes the pool's snapshot for the request's model, asks the
-policy, and counts and times the decision. ``Router.observe`` lets the policy
-learn from a request once it was sent, and tells the observers (the shared
-routing state's publisher).
+policy, and counts and times the decision. The router also observes each
+request's lifecycle (``gateway.lifecycle``) for the policy: an attempt
+``sent`` to a replica puts the prompt's prefix on its way there
+(``Policy.sent``); that replica's first byte confirms it (``Policy.prefilled``,
+and the observers hear it: the shared routing state's publisher); an attempt
+that failed first withdraws it (``Policy.abandoned``). Requests routed by
+load carry no prompt blocks and teach the policy nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from policies.base import Policy
 from policies.types import Decision, NoReplicaAvailable, RouteRequest
 
 from .errors import NoHealthyReplica
+from .exchange import Exchange
 from .metrics import GatewayMetrics
 
 Observer = Callable[[RouteRequest, str], None]
@@ -34,8 +39,9 @@ class Router:
         pool.add_listener(self._on_health)
 
     def add_observer(self, observer: Observer) -> None:
-        """``observer(request, replica_id)`` hears each request the policy learned from
-        (shared routing state publishes it: ``gateway.fleet_sync``); it must not block."""
+        """``observer(request, replica_id)`` hears each request the policy learned from,
+        when its replica confirmed its prefill (shared routing state publishes it:
+        ``gateway.fleet_sync``); it must not block."""
         self._observers.append(observer)
 
     def block_size(self, model: str) -> int:
@@ -60,14 +66,25 @@ class Router:
         self.metrics.decisions.labels(self.policy.name, decision.reason).inc()
         return decision
 
-    def observe(self, request: RouteRequest, decision: Decision, replica_id: str) -> None:
-        """Let the policy learn from a request that ``replica_id`` answered."""
-        if replica_id != decision.replica_id:
-            decision = Decision(replica_id=replica_id, reason="failover",
-                                matched_blocks=decision.matched_blocks)
-        self.policy.observe(request, decision)
-        for observer in self._observers:
-            observer(request, replica_id)
+    # -- the request's lifecycle (gateway.lifecycle.RequestObserver) ------------
+
+    def on_sent(self, exchange: Exchange, replica_id: str) -> None:
+        if exchange.request is not None and exchange.decision is not None:
+            self.policy.sent(exchange.request, replica_id)
+
+    def on_first_byte(self, exchange: Exchange, replica_id: str) -> None:
+        request = exchange.request
+        if request is not None and exchange.decision is not None:
+            self.policy.prefilled(request, replica_id)
+            for observer in self._observers:
+                observer(request, replica_id)
+
+    def on_failed(self, exchange: Exchange, replica_id: str) -> None:
+        if exchange.request is not None and exchange.decision is not None:
+            self.policy.abandoned(exchange.request, replica_id)
+
+    def on_complete(self, exchange: Exchange) -> None:
+        return None
 
     def _on_health(self, replica_id: str, healthy: bool) -> None:
         if not healthy:

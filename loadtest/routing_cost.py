@@ -87,7 +87,8 @@ def measure(hasher: PromptHasher, policy_name: str, replicas: int, tokens: int, 
             request = hasher.describe("model", {"messages": messages}, "chat", 16)
             decision = policy.pick(request, views)
             bucket.append((time.perf_counter() - start) * 1e3)
-            policy.observe(request, decision)
+            policy.sent(request, decision.replica_id)
+            policy.prefilled(request, decision.replica_id)
             hasher.run_pending()  # learning and audits, between requests as in the gateway
     return {"prompt_tokens": request.prompt_tokens,
             "cold_p50": statistics.median(cold), "cold_p99": percentile(cold, 0.99),

@@ -54,7 +54,7 @@ from policies.base import Policy
 from policies.events import BlockStored
 from policies.hashing import block_hashes, chain_seed
 from policies.registry import default_registry
-from policies.types import Decision, ReplicaView, RouteRequest
+from policies.types import ReplicaView, RouteRequest
 
 from .machine import machine_info
 from .markdown import table
@@ -143,7 +143,8 @@ def build(policy: Policy, policy_name: str, views: list[ReplicaView], apps: int,
         request = RouteRequest(model=MODEL, block_size=BLOCK_SIZE,
                                block_hashes=tuple(block_hashes(app_tokens(app), BLOCK_SIZE,
                                                                seed_hash)))
-        policy.observe(request, Decision(replica_id=replica_id, reason="build"))
+        policy.sent(request, replica_id)
+        policy.prefilled(request, replica_id)
 
 
 def measure(policy_name: str, replicas: int, blocks: int, decisions: int, memory: str,
@@ -198,7 +199,8 @@ def measure(policy_name: str, replicas: int, blocks: int, decisions: int, memory
         pick_ns.append(time.perf_counter_ns() - started_ns)
         hits += decision.matched_blocks.get(decision.replica_id, 0) >= shared
         started_ns = time.perf_counter_ns()
-        policy.observe(request, decision)
+        policy.sent(request, decision.replica_id)
+        policy.prefilled(request, decision.replica_id)
         observe_ns += time.perf_counter_ns() - started_ns
         observed_blocks += len(request.block_hashes)
     return Row(replicas=replicas, blocks=blocks, indexed_blocks=indexed,

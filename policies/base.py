@@ -4,8 +4,9 @@ A policy is constructed once from its typed config and then asked, for each
 request, to ``pick`` a replica from an immutable snapshot. ``pick`` must be
 pure with respect to the outside world: everything it needs comes in through
 its arguments or was injected at construction (clock, random source, index).
-Learning from a routed request happens in the separate ``observe`` step, so a
-decision can be replayed or simulated without side effects.
+Learning from a routed request happens in separate steps that follow the
+request (``sent`` to a replica, then ``prefilled`` there or ``abandoned``), so
+a decision can be replayed or simulated without side effects.
 """
 
 from __future__ import annotations
@@ -28,8 +29,18 @@ class Policy(Protocol):
         """Choose a replica. Raises :class:`NoReplicaAvailable` when none is healthy."""
         ...
 
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
-        """Learn from a request that was sent (approximate indexes record it here)."""
+    def sent(self, request: RouteRequest, replica_id: str) -> None:
+        """The request is on its way to ``replica_id``: its prefix is pending there.
+        Exactly one of ``prefilled`` and ``abandoned`` follows for that replica."""
+        ...
+
+    def prefilled(self, request: RouteRequest, replica_id: str) -> None:
+        """``replica_id`` confirmed the request's prefill (its first token, or the whole
+        answer): the prompt's blocks are in its cache. Approximate indexes learn here."""
+        ...
+
+    def abandoned(self, request: RouteRequest, replica_id: str) -> None:
+        """The request failed or was aborted on ``replica_id`` before its first token."""
         ...
 
     def forget_replica(self, replica_id: str) -> None:
@@ -39,7 +50,7 @@ class Policy(Protocol):
     def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
                      session_key: str | None, now: float) -> None:
         """Learn what another gateway instance sent to ``replica_id`` (shared routing
-        state, ``gateway.fleet_sync``): as ``observe``, at ``now`` on this policy's clock."""
+        state, ``gateway.fleet_sync``): as ``prefilled``, at ``now`` on this policy's clock."""
         ...
 
     def indexed_blocks(self, replica_id: str) -> int | None:
@@ -80,7 +91,13 @@ class LoadOnly:
         parse_options(NoOptions, options, cls.name)
         return cls()
 
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
+    def sent(self, request: RouteRequest, replica_id: str) -> None:
+        return None
+
+    def prefilled(self, request: RouteRequest, replica_id: str) -> None:
+        return None
+
+    def abandoned(self, request: RouteRequest, replica_id: str) -> None:
         return None
 
     def forget_replica(self, replica_id: str) -> None:

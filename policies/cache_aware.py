@@ -3,18 +3,36 @@
 Algorithm, per request:
 
 1. ``pick``: the index says how many leading blocks of the prompt each
-   healthy replica holds (``PrefixIndex.match``); with session affinity on,
-   the session's last replica is looked up; the scorer ranks the candidates
-   (:mod:`policies.cost_scorer` by default, :mod:`policies.threshold_scorer`).
+   healthy replica holds (``PrefixIndex.match``), and the pending prefixes
+   how many are on their way there (:mod:`policies.pending`: prompts sent
+   and not yet prefilled); a replica counts the larger of the two. With
+   session affinity on, the session's last replica is looked up; the scorer
+   ranks the candidates (:mod:`policies.cost_scorer` by default, which also
+   weighs each replica's outstanding prefill, :mod:`policies.threshold_scorer`).
    Each replica's published KV capacity (``ReplicaView.block_capacity``) is
    noted for the index.
-2. ``observe`` (the replica that really answered): the index records the
-   prompt's blocks there (``PrefixIndex.record``), takes any new capacity,
-   and the session table remembers the replica.
-3. ``forget_replica``: the replica went unhealthy; its index entries and
-   sessions go.
-4. ``learn_remote``: what ``observe`` learns, published by another gateway
+2. ``sent`` (each replica the request is sent to, failover included): the
+   prompt's blocks are pending there.
+3. ``prefilled`` (that replica's first token, or its whole answer): the
+   blocks leave the pending set and the index records them
+   (``PrefixIndex.record``; the precise index as speculative entries until
+   the engine's events confirm them), takes any new capacity, and the
+   session table remembers the replica. ``abandoned`` (failed or aborted
+   before that): the blocks leave the pending set, nothing is learned.
+4. ``forget_replica``: the replica went unhealthy; its index entries and
+   sessions go (its pending prefixes leave with their own requests).
+5. ``learn_remote``: what ``prefilled`` learns, published by another gateway
    instance (``gateway.fleet_sync``, shared routing state through Redis).
+
+Why pending and confirmed are two states: learning a prompt only when its
+answer completes left a burst invisible (every request of a burst of one
+new prefix was a miss, predictions a tenth of what the replicas served);
+learning it as cached when it is sent piled conversations that share a
+system prompt onto one replica (the prefix looked free where it was still
+being computed). A pending prefix is matched, so predictions count what a
+queued request will find, and its replica's outstanding prefill is priced,
+so a burst spreads while the prefill is the bottleneck (BENCHMARKS.md,
+"Bursts").
 
 The two configuration names differ only in their index: ``prefix``
 (:mod:`policies.prefix`, the gateway's own routing history) and ``precise``
@@ -43,6 +61,7 @@ from .cost_scorer import CostConfig, CostScorer
 from .events import KVEventConsumer
 from .index import PrefixIndex
 from .options import parse_options
+from .pending import PendingPrefixes
 from .scoring import Candidates, Scorer
 from .sessions import SessionTable
 from .threshold_scorer import ThresholdConfig, ThresholdScorer
@@ -84,6 +103,7 @@ class CacheAwarePolicy:
         self._events = events
         self.sessions = SessionTable(ttl_seconds=config.session_ttl_seconds,
                                      max_sessions=config.max_sessions)
+        self.pending = PendingPrefixes()
         self._requests = 0
         self._reported_capacity: dict[str, int] = {}
 
@@ -97,18 +117,29 @@ class CacheAwarePolicy:
             session_replica = self.sessions.get(request.session_key, now)
         rotation = self._requests
         self._requests += 1
-        candidates = Candidates.of(replicas, self.index.match(request.block_hashes, now),
-                                   session_replica, rotation)
+        matched = self.index.match(request.block_hashes, now)
+        on_their_way = self.pending.match(request.block_hashes)
+        if on_their_way:
+            matched = dict(matched)
+            for replica_id, blocks in on_their_way.items():
+                if blocks > matched.get(replica_id, 0):
+                    matched[replica_id] = blocks
+        candidates = Candidates.of(replicas, matched, session_replica, rotation)
         return self.scorer.rank(request, candidates)
 
-    def observe(self, request: RouteRequest, decision: Decision) -> None:
-        """Record the blocks for ``decision.replica_id`` (pass the replica actually used)."""
-        self.learn_remote(decision.replica_id, request.block_hashes, request.session_key,
-                          self.clock())
+    def sent(self, request: RouteRequest, replica_id: str) -> None:
+        self.pending.add(replica_id, request.block_hashes)
+
+    def prefilled(self, request: RouteRequest, replica_id: str) -> None:
+        self.pending.discard(replica_id, request.block_hashes)
+        self.learn_remote(replica_id, request.block_hashes, request.session_key, self.clock())
+
+    def abandoned(self, request: RouteRequest, replica_id: str) -> None:
+        self.pending.discard(replica_id, request.block_hashes)
 
     def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
                      session_key: str | None, now: float) -> None:
-        """What ``observe`` learns, told by another gateway instance (or replayed from
+        """What ``prefilled`` learns, told by another gateway instance (or replayed from
         the shared snapshot) with the time it happened on this policy's clock."""
         reported = self._reported_capacity.pop(replica_id, None)
         if reported is not None:
@@ -118,6 +149,8 @@ class CacheAwarePolicy:
             self.sessions.remember(session_key, replica_id, now)
 
     def forget_replica(self, replica_id: str) -> None:
+        # Pending prefixes stay: the requests on their way there are still in flight,
+        # and each one's own ``prefilled`` or ``abandoned`` removes it.
         self.index.forget_replica(replica_id)
         self.sessions.forget_replica(replica_id)
         self._reported_capacity.pop(replica_id, None)

@@ -4,21 +4,41 @@
 
     ttft(r) = running(r) * running_request_seconds
             + waiting(r) * waiting_request_seconds
-            + uncached_tokens(r) * prefill_seconds_per_token
+            + (pending_prefill(r) + uncached_tokens(r)) * prefill_seconds_per_token
             + kv_pressure(r) * kv_pressure_seconds
             - session_affinity_seconds   (only the session's last replica)
 
 ``uncached_tokens = prompt_tokens - matched(r) * block_size``: what the
-replica must prefill. ``waiting`` is the engine's queue: each waiting request
-is prefilled before ours. ``running`` is the rest of the replica's
-outstanding work (``ReplicaView.running_load``: the gateway's own in-flight
-count is fresher than the last scrape, so a burst raises the cost at once);
-each running request slows the shared engine steps a little.
-``kv_pressure`` rises linearly from 0 at ``kv_pressure_threshold`` KV usage
-to 1 at full: a nearly full cache makes the engine queue, preempt and evict.
-The trade-off is explicit: with the defaults a cached 1,000-token prefix is
-worth 50 more running requests or one more waiting request. Equal costs are
-broken by the rotating turn, so identical replicas share load.
+replica must prefill for this request. ``matched`` counts the blocks the
+replica holds *and* the blocks on their way there (a prefix an earlier
+request is still prefilling: :mod:`policies.pending`), because the engine
+serves a queued request the blocks an earlier one is computing.
+
+``pending_prefill`` is the work that request would queue behind: the prompt
+tokens the gateway has sent to the replica whose prefill is not confirmed
+yet (``ReplicaView.pending_prefill_tokens``, its own bookkeeping, fresh on
+every decision). This is what keeps a burst honest: a hundred requests
+decided in the same millisecond no longer all see an idle replica. For a
+burst of one new prefix, the first request pays the prefill; the next one
+either joins it (its cost: the prefill already queued there plus its own
+uncached tail) or pays the prefill on an idle replica (the whole prompt):
+whichever finishes first by this estimate. Requests keep spreading until
+the queued work everywhere exceeds one prefix's prefill, then they join
+the replicas already holding it. Conversations that share a system prompt
+spread the same way, each conversation then following its own history.
+
+``waiting`` is the engine's queue beyond the gateway's own pending requests
+(``max(0, vllm:num_requests_waiting - pending_requests)``: another client's
+requests, whose prompts the gateway cannot see, are priced as a typical
+prefill each). ``running`` is the rest of the replica's outstanding requests
+(``ReplicaView.load`` less the pending and those waiting): each running
+request slows the shared engine steps a little. ``kv_pressure`` rises
+linearly from 0 at ``kv_pressure_threshold`` KV usage to 1 at full: a nearly
+full cache makes the engine queue, preempt and evict. The trade-off is
+explicit: with the defaults a cached 1,000-token prefix is worth 50 more
+running requests, one more waiting request, or 1,000 tokens of prefill
+queued ahead. Equal costs are broken by the rotating turn, so identical
+replicas share load.
 
 Reasons: ``session`` (the affinity discount decided), ``miss`` (no replica
 holds any of the prompt), ``hit`` (the chosen replica holds the best match),
@@ -79,9 +99,11 @@ def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequ
     """The cost of sending ``request`` to ``replica`` without the session discount, in seconds."""
     prompt_tokens = prompt_token_count(request)
     cached_tokens = min(prompt_tokens, matched_blocks * request.block_size)
-    prefill = (prompt_tokens - cached_tokens) * config.prefill_seconds_per_token
-    queue = (replica.running_load * config.running_request_seconds
-             + replica.waiting * config.waiting_request_seconds)
+    prefill = (replica.pending_prefill_tokens + prompt_tokens - cached_tokens) \
+        * config.prefill_seconds_per_token
+    waiting = max(0, replica.waiting - replica.pending_requests)
+    running = max(0, replica.load - replica.pending_requests - waiting)
+    queue = running * config.running_request_seconds + waiting * config.waiting_request_seconds
     headroom = 1.0 - config.kv_pressure_threshold
     pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
     return queue + prefill + pressure * config.kv_pressure_seconds
@@ -108,12 +130,18 @@ class CostScorer:
             cached = matched[replica.id] * block_size
             if cached > prompt_tokens:  # noqa: PLR1730 (min() is a call: slower here)
                 cached = prompt_tokens
-            waiting = replica.waiting
-            load = replica.running + waiting
+            pending = replica.pending_requests
+            waiting = replica.waiting - pending
+            if waiting < 0:  # noqa: PLR1730
+                waiting = 0
+            load = replica.running + replica.waiting
             if replica.inflight > load:  # noqa: PLR1730
                 load = replica.inflight
-            cost = (load - waiting) * per_running + waiting * per_waiting \
-                + (prompt_tokens - cached) * per_token
+            running = load - pending - waiting
+            if running < 0:  # noqa: PLR1730
+                running = 0
+            cost = running * per_running + waiting * per_waiting \
+                + (replica.pending_prefill_tokens + prompt_tokens - cached) * per_token
             if replica.kv_usage > threshold:
                 cost += min(1.0, (replica.kv_usage - threshold) / headroom) * pressure_seconds
             base[replica.id] = cost

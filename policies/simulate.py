@@ -2,8 +2,10 @@
 
 Algorithm: a discrete-event simulation in simulated time. Each item of the
 stream is ``SimRequest(arrival, request, decode_tokens)``. At its arrival the
-policy ``pick``s a replica from views built from the modeled replicas, then
-``observe``s the decision, exactly as the gateway does. Each replica models:
+policy ``pick``s a replica from views built from the modeled replicas and is
+told the request was ``sent`` there; when the replica has prefilled it (its
+first token), the policy is told it was ``prefilled``, exactly as the gateway
+does. Each replica models:
 
 * a prefix cache: an LRU of block hashes with the replica's capacity in
   blocks (:class:`LruBlockCache`). When a request starts, the longest leading
@@ -11,10 +13,15 @@ policy ``pick``s a replica from views built from the modeled replicas, then
   touched last-to-first (shared prefixes stay freshest, as vLLM frees a
   request's blocks tail-first) and least-recently-used blocks are evicted;
 * load: up to ``max_running`` requests run at once, the rest wait in FIFO
-  order. A request runs for ``uncached_tokens * prefill_seconds_per_token +
-  decode_tokens * decode_seconds_per_token``. Views report ``inflight`` =
-  running + waiting, ``running``, ``waiting`` and ``kv_usage`` = blocks of
-  running requests / capacity.
+  order. The engine's prefill is one resource, as in a continuous-batching
+  engine whose steps share one token budget: a started request's
+  ``uncached_tokens * prefill_seconds_per_token`` of prefill begins when the
+  prefill started before it has ended (its first token then), and its
+  ``decode_tokens * decode_seconds_per_token`` of decode follows. Views report ``inflight`` =
+  running + waiting, ``running``, ``waiting``, ``kv_usage`` = blocks of
+  running requests / capacity, and the requests not yet prefilled with the
+  prompt tokens the decision expected them to prefill (``pending_requests``,
+  ``pending_prefill_tokens``), as the gateway's pool reports them.
 
 When an ``event_sink`` is given (e.g. ``policy.event_consumer().apply_events``), each
 replica publishes vLLM-shaped KV events — ``BlockStored`` for newly cached
@@ -55,7 +62,7 @@ EventSink = Callable[[str, EventBatch], None]
 # Simulated engines hash blocks into their own key space, like a real vLLM.
 _ENGINE_HASH_MASK = 0x9E3779B97F4A7C15
 
-_ARRIVE, _FINISH, _DELIVER = 0, 1, 2
+_ARRIVE, _FINISH, _DELIVER, _PREFILLED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +96,8 @@ class ReplayStats:
     requests: int
     hit_tokens: int
     query_tokens: int
+    predicted_tokens: int = 0
+    """Prompt tokens the decisions expected the replica to hold (cached or on their way)."""
 
     @property
     def hit_rate(self) -> float:
@@ -106,6 +115,13 @@ class SimResult:
         hits = sum(s.hit_tokens for s in self.replicas.values())
         queries = sum(s.query_tokens for s in self.replicas.values())
         return hits / queries if queries else 0.0
+
+    @property
+    def predicted_hit_ratio(self) -> float:
+        """Predicted over actual cached tokens (1.0: the decisions knew)."""
+        hits = sum(s.hit_tokens for s in self.replicas.values())
+        predicted = sum(s.predicted_tokens for s in self.replicas.values())
+        return predicted / hits if hits else (1.0 if not predicted else float("inf"))
 
     @property
     def requests_by_replica(self) -> dict[str, int]:
@@ -158,12 +174,19 @@ class _ReplicaState:
     cache: LruBlockCache
     running: dict[int, int] = field(default_factory=dict)  # item index -> blocks in use
     waiting: deque[int] = field(default_factory=deque)
+    pending: dict[int, int] = field(default_factory=dict)  # item index -> expected uncached
+    prefill_free_at: float = 0.0
     requests: int = 0
     hit_tokens: int = 0
     query_tokens: int = 0
+    predicted_tokens: int = 0
 
-    def view(self, block_size: int) -> ReplicaView:
+    def view(self, block_size: int, now: float, seconds_per_token: float) -> ReplicaView:
         used = sum(self.running.values())
+        # Prefill left: what the started requests have not computed yet (exactly, as the
+        # gateway's drained estimate would have it), and the queued requests' whole.
+        started = max(0.0, self.prefill_free_at - now) / seconds_per_token
+        queued = sum(self.pending.get(i, 0) for i in self.waiting)
         return ReplicaView(
             id=self.spec.id,
             inflight=len(self.running) + len(self.waiting),
@@ -172,6 +195,8 @@ class _ReplicaState:
             kv_usage=min(1.0, used / self.spec.block_capacity),
             block_size=block_size,
             block_capacity=self.spec.block_capacity,
+            pending_requests=len(self.pending),
+            pending_prefill_tokens=int(started) + queued,
         )
 
 
@@ -249,10 +274,13 @@ def simulate(
             state.query_tokens += prompt_tokens
             stored, evicted = state.cache.admit(request.block_hashes)
             prefill = (prompt_tokens - hit_tokens) * settings.prefill_seconds_per_token
-            ttft_total += now - item.arrival + prefill
+            first_token = max(now, state.prefill_free_at) + prefill
+            state.prefill_free_at = first_token
+            ttft_total += first_token - item.arrival
             decode = item.decode_tokens * settings.decode_seconds_per_token
             state.running[item_index] = len(request.block_hashes)
-            push(now + prefill + decode, _FINISH, item_index, state.spec.id)
+            push(first_token, _PREFILLED, item_index, state.spec.id)
+            push(first_token + decode, _FINISH, item_index, state.spec.id)
             if event_sink is not None:
                 events = _kv_events(item, stored, evicted)
                 if events:
@@ -266,14 +294,23 @@ def simulate(
         clock.now = now
         if kind == _ARRIVE:
             request = stream[item_index].request
-            views = [state.view(request.block_size) for state in states.values()]
+            views = [state.view(request.block_size, now, settings.prefill_seconds_per_token)
+                     for state in states.values()]
             decision = policy.pick(request, views)
-            policy.observe(request, decision)
+            policy.sent(request, decision.replica_id)
             reasons[decision.reason] += 1
             state = states[decision.replica_id]
             state.requests += 1
+            prompt_tokens = request.prompt_tokens or len(request.block_hashes) * request.block_size
+            expected = decision.matched_blocks.get(decision.replica_id, 0) * request.block_size
+            state.pending[item_index] = max(0, prompt_tokens - expected)
+            state.predicted_tokens += min(prompt_tokens, expected)
             state.waiting.append(item_index)
             start_waiting(state, now)
+        elif kind == _PREFILLED:
+            state = states[replica_id]
+            del state.pending[item_index]
+            policy.prefilled(stream[item_index].request, replica_id)
         elif kind == _FINISH:
             state = states[replica_id]
             del state.running[item_index]
@@ -285,7 +322,8 @@ def simulate(
 
     return SimResult(
         replicas={
-            rid: ReplayStats(s.requests, s.hit_tokens, s.query_tokens) for rid, s in states.items()
+            rid: ReplayStats(s.requests, s.hit_tokens, s.query_tokens, s.predicted_tokens)
+            for rid, s in states.items()
         },
         reasons=dict(sorted(reasons.items())),
         mean_ttft_seconds=ttft_total / len(stream) if stream else 0.0,

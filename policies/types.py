@@ -29,6 +29,12 @@ class ReplicaView:
     block_size: int = 16
     block_capacity: int = 0
     """KV blocks the replica holds in total (0 when unknown)."""
+    pending_requests: int = 0
+    """Of ``inflight``, the requests whose prefill the replica has not confirmed yet
+    (no first token): queued in the engine or prefilling."""
+    pending_prefill_tokens: int = 0
+    """The prompt tokens those requests must still prefill there, as the gateway
+    predicted them (their uncached part): the work a new request queues behind."""
 
     @property
     def load(self) -> int:

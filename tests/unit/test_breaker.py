@@ -1,19 +1,13 @@
-"""The circuit breaker and the slow-replica detector, on a fake clock; and the pool
-that drives them (replicas faked with httpx.MockTransport, the pool's clock injected)."""
+"""The circuit breaker on a fake clock, and the pool that drives it and the slow-replica
+detector (replicas faked with httpx.MockTransport, the pool's clock injected)."""
 
 from __future__ import annotations
 
 from engine.backend import Timeouts
-from engine.breaker import (
-    BreakerSettings,
-    CircuitBreaker,
-    Reason,
-    SlowDetector,
-    SlowSettings,
-    State,
-)
+from engine.breaker import BreakerSettings, CircuitBreaker, Reason, State
 from engine.httpx_backend import HttpxBackend
 from engine.pool import ReplicaPool, ReplicaSpec
+from engine.slow import SlowSettings
 from gateway.breaker_metrics import BreakerCollector
 from tests.unit.fake_replica import FakeReplica
 
@@ -102,50 +96,6 @@ def test_a_slow_replica_is_not_closed_by_a_health_probe_only_by_a_fast_trial() -
     assert breaker.state is State.CLOSED
 
 
-def detector(**options: float) -> SlowDetector:
-    return SlowDetector(SlowSettings(**{"factor": 3.0, "window": 10, "min_samples": 5,
-                                        "min_ttft": 0.1, **options}))
-
-
-def feed(slow: SlowDetector, replica: str, ttft: float, count: int) -> None:
-    for _ in range(count):
-        slow.record(replica, ttft)
-
-
-def test_slow_is_more_than_factor_times_the_peers_median() -> None:
-    slow = detector()
-    feed(slow, "a", 0.2, 10)
-    feed(slow, "b", 0.3, 10)
-    feed(slow, "c", 0.7, 10)
-    assert not slow.is_slow("c", ["a", "b"])   # 0.7 <= 3 x 0.25
-    feed(slow, "c", 1.0, 10)
-    assert slow.is_slow("c", ["a", "b"])
-    assert not slow.is_slow("a", ["b", "c"])
-
-
-def test_slow_needs_enough_samples_peers_and_a_median_above_the_floor() -> None:
-    slow = detector()
-    feed(slow, "a", 0.2, 10)
-    feed(slow, "b", 5.0, 4)
-    assert not slow.is_slow("b", ["a"])        # too few samples
-    feed(slow, "b", 5.0, 10)
-    assert not slow.is_slow("b", [])           # no peer to compare with
-    assert slow.is_slow("b", ["a"])
-    tiny = detector()
-    feed(tiny, "a", 0.001, 10)
-    feed(tiny, "b", 0.05, 10)
-    assert not tiny.is_slow("b", ["a"])        # 50x, but 50 ms is no one's problem
-    assert not detector(enabled=False).is_slow("b", ["a"])
-
-
-def test_the_window_forgets_old_samples() -> None:
-    slow = detector()
-    feed(slow, "a", 0.2, 10)
-    feed(slow, "b", 5.0, 10)
-    feed(slow, "b", 0.2, 10)
-    assert not slow.is_slow("b", ["a"])
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -162,6 +112,12 @@ def pool_of(replicas: list[FakeReplica], clock: Clock) -> ReplicaPool:
                        slow=SlowSettings(factor=3.0, window=10, min_samples=5, min_ttft=0.1))
 
 
+def answer(pool: ReplicaPool, replica_id: str, ttft: float, tokens: int = 500) -> None:
+    """One request of ``tokens`` uncached tokens that ``replica_id`` answered in ``ttft``."""
+    with pool.lease(replica_id, tokens) as lease:
+        pool.report_first_byte(lease, ttft)
+
+
 def routable(pool: ReplicaPool) -> set[str]:
     return {view.id for view in pool.snapshot() if view.healthy}
 
@@ -173,9 +129,9 @@ async def test_pool_takes_a_slow_replica_out_and_a_fast_trial_brings_it_back() -
         await pool.probe(replica)
     assert routable(pool) == {"a", "b", "c"}
     for _ in range(10):
-        pool.report_first_byte("a", 0.2)
-        pool.report_first_byte("b", 0.3)
-        pool.report_first_byte("c", 2.0)
+        answer(pool, "a", 0.2)
+        answer(pool, "b", 0.3)
+        answer(pool, "c", 2.0)
     assert routable(pool) == {"a", "b"}
     assert not pool.get("c").healthy
     assert not pool.tripped("c")               # slow, not failing: waiting requests stay
@@ -184,9 +140,9 @@ async def test_pool_takes_a_slow_replica_out_and_a_fast_trial_brings_it_back() -
     clock.now += COOLDOWN
     await pool.probe(pool.get("c"))            # a good /health does not bring a slow one back
     assert routable(pool) == {"a", "b", "c"}   # but it is half-open: one trial may go
-    with pool.lease("c"):
+    with pool.lease("c", 500) as lease:
         assert routable(pool) == {"a", "b"}
-        pool.report_first_byte("c", 0.25)
+        pool.report_first_byte(lease, 0.25)
     assert routable(pool) == {"a", "b", "c"} and pool.get("c").healthy
     await pool.aclose()
 

@@ -97,7 +97,7 @@ async def test_leaving_replica_finishes_in_flight_requests_first(pool: ReplicaPo
     found = discovery(pool, dns, fleet, drain_seconds=60)
     await found.start()
     leaving = "vllm-qwen-10.0.0.5"
-    with pool.lease(leaving):
+    with pool.lease(leaving) as lease:
         dns.answers[NAME] = ["10.0.0.6"]
         await found.refresh()
         await eventually(lambda: not pool.get(leaving).healthy, what="out of rotation")
@@ -106,7 +106,7 @@ async def test_leaving_replica_finishes_in_flight_requests_first(pool: ReplicaPo
         # draining, not failing: requests waiting on it are not moved elsewhere, and
         # the in-flight request's answer does not bring it back into rotation
         assert not pool.tripped(leaving) and pool.get(leaving).breaker.reason.value == "draining"
-        pool.report_first_byte(leaving, 0.01)
+        pool.report_first_byte(lease, 0.01)
         assert not any(v.healthy for v in pool.snapshot() if v.id == leaving)
         # it comes back in DNS while still draining: it joins only once the drain is over
         dns.answers[NAME] = ["10.0.0.5", "10.0.0.6"]

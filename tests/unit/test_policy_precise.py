@@ -22,7 +22,8 @@ def prompt(tokens: list[int]) -> RouteRequest:
 
 def route(policy: CacheAwarePolicy, request: RouteRequest) -> Decision:
     decision = policy.pick(request, IDLE)
-    policy.observe(request, decision)
+    policy.sent(request, decision.replica_id)
+    policy.prefilled(request, decision.replica_id)
     return decision
 
 

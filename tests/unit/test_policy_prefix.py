@@ -19,7 +19,8 @@ def prompt(*hashes: int, session: str | None = None) -> RouteRequest:
 
 def route(policy: CacheAwarePolicy, request: RouteRequest, replicas: list[ReplicaView]) -> Decision:
     decision = policy.pick(request, replicas)
-    policy.observe(request, decision)
+    policy.sent(request, decision.replica_id)
+    policy.prefilled(request, decision.replica_id)
     return decision
 
 
