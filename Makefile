@@ -4,10 +4,11 @@
 #   make test   install everything the tests need and run the whole suite
 # And the no-install quick start:
 #   make run-sim   the gateway in front of two simulated replicas
+#   make docs      the documentation site in site/ (mkdocs, offline, strict)
 PY ?= python3
 VENV ?= .venv
 
-.PHONY: run run-sim test setup setup-vllm lint
+.PHONY: run run-sim test setup setup-vllm lint docs
 
 setup:
 	@PY=$(PY) VENV=$(VENV) scripts/bootstrap.sh
@@ -23,6 +24,9 @@ run-sim: setup
 
 test: setup
 	@VENV=$(VENV) scripts/test.sh
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: setup
 	$(VENV)/bin/ruff check gateway engine policies loadtest tests

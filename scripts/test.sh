@@ -10,6 +10,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 echo "== import rules"
 "$VENV/bin/lint-imports"
+echo "== docs (strict: a broken link, anchor or page left out of the nav fails)"
+NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet   # (the env: no banner about the theme's successor)
 echo "== browser and promtool setup (Debian packages, once)"
 scripts/setup-browser.sh
 echo "== Node openai client (npm, once)"
