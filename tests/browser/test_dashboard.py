@@ -8,7 +8,8 @@ its raw value in ``data-value``. The numbers must be those of the
 /admin/replicas answer the page received, and — once traffic has stopped —
 those a fresh /admin/replicas gives. The stopped replica must be marked
 down. The page must make no request outside the gateway's origin. A
-screenshot is left in ``artifacts/dashboard.png``.
+screenshot is left in ``artifacts/dashboard.png`` and in
+``docs/img/dashboard.png``, the picture of the docs' ops view page.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ pytestmark = [
 ]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+DOCS_SHOT = Path(__file__).resolve().parents[2] / "docs" / "img" / "dashboard.png"
+"""The screenshot the docs show (docs/ops-view.md): every run takes it anew."""
 SHOWN_FIELDS = ("predicted_hit_rate_1m", "actual_hit_rate_1m", "predicted_hit_rate_total",
                 "actual_hit_rate_total", "ttft_p50_1m_s", "ttft_p99_1m_s", "requests_1m",
                 "errors_1m", "inflight", "running", "waiting", "kv_usage", "block_size",
@@ -200,6 +203,8 @@ def test_dashboard_shows_what_admin_replicas_says(
     shot = ARTIFACTS / "dashboard.png"
     browser.screenshot(shot)
     assert shot.stat().st_size > 20_000
+    DOCS_SHOT.parent.mkdir(parents=True, exist_ok=True)
+    DOCS_SHOT.write_bytes(shot.read_bytes())
 
     origin = gateway.url + "/"
     foreign = [url for url in browser.requested_urls()
