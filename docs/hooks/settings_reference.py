@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import inspect
 import itertools
+import re
 import sys
 import types
 import typing
@@ -187,15 +188,24 @@ def sections(model: type[BaseModel] = Settings, path: str = "") -> Iterator[Sect
     keys, nested = [], []
     for name, field in model.model_fields.items():
         key = f"{path}.{name}" if path else name
-        keys.append(Key(path=key, type=type_name(field.annotation), default=default_text(
-            name, field), bounds=bounds_text(field), env=envs.get(key, ""),
-            flag=flags.get(key, ""), description=field.description or docs.get(name, "")))
         inner, listed = _nested_model(field.annotation)
+        default = default_text(name, field)
         if inner is not None:
             nested.append((inner, key + ("[]" if listed else "")))
+            if default == "see below":
+                default = f"[see below](#{slug(key)})"
+        keys.append(Key(path=key, type=type_name(field.annotation), default=default,
+                        bounds=bounds_text(field), env=envs.get(key, ""),
+                        flag=flags.get(key, ""),
+                        description=field.description or docs.get(name, "")))
     yield Section(path=path, model=model, keys=keys)
     for inner, key in nested:
         yield from sections(inner, key)
+
+
+def slug(path: str) -> str:
+    """The anchor of a section's heading, as the ``toc`` extension makes it."""
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", path).strip().lower())
 
 
 def every_key() -> list[Key]:
@@ -214,13 +224,14 @@ def render() -> str:
         intro = inspect.getdoc(section.model) or ""
         if intro and section.model.__doc__:  # the model's own docstring, not BaseModel's
             lines += [" ".join(intro.split("\n\n")[0].split()), ""]
-        lines += ["| key | type | default | bounds | env / flag | description |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["| key | type | default | env / flag | description |",
+                  "|---|---|---|---|---|"]
         for key in section.keys:
-            where = " ".join(part for part in (key.env, key.flag) if part)
-            anchor = key.path.replace("[]", "").replace(".", "-").replace("_", "-")
-            lines.append(f'| <a id="{anchor}"></a>`{key.path}` | {key.type} | {key.default} '
-                         f"| {key.bounds} | {where} | {_cell(key.description)} |")
+            where = "<br>".join(part for part in (key.flag, key.env) if part)
+            kind = f"{key.type}, {key.bounds}" if key.bounds else key.type
+            anchor = "key-" + key.path.replace("[]", "").replace(".", "-").replace("_", "-")
+            lines.append(f'| <a id="{anchor}"></a>`{key.path}` | {kind} | {key.default} '
+                         f"| {where} | {_cell(key.description)} |")
         lines.append("")
     return "\n".join(lines)
 
