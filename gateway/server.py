@@ -10,7 +10,12 @@ httptools protocol) adds, per connection:
                       complete: partial headers, 1 byte/s trickles, a connection
                       that sends only CRLFs or nothing at all get a 408 and are
                       closed
-    header size       headers over ``MAX_HEADER_BYTES`` get a 431 and are closed
+    header size       a request line and headers over ``MAX_HEADER_BYTES`` get a 431
+                      and are closed, however they are cut into reads: what the
+                      parser has taken apart (the URL, each name and value) is
+                      counted as it comes, and so are the bytes of a read that
+                      ends with the headers still incomplete (a single header
+                      value the parser is still buffering)
     body deadline     ``server.body_timeout`` (30 s) from the end of the headers to
                       the end of the body: a ``Content-Length`` larger than what
                       is sent, or a trickled body, gets a 408 and is closed
@@ -52,6 +57,8 @@ MAX_HEADER_BYTES = 64 * 1024
 GRACEFUL_SHUTDOWN = 5.0
 """Seconds uvicorn waits for connections once the drain is over (streams have ended)."""
 
+_TOO_LARGE = f"the request line and headers are over {MAX_HEADER_BYTES} bytes"
+
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout",
             431: b"Request Header Fields Too Large"}
 
@@ -74,6 +81,10 @@ async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> N
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
+class _HeadersTooLarge(Exception):
+    """Raised from a parser callback: the parser stops, the connection gets a 431."""
+
+
 class GuardedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body deadlines (see the module)."""
 
@@ -83,6 +94,8 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
         self._header_bytes = 0
+        self._parsed_header_bytes = 0
+        self._headers_too_large = False
         self._arm(self.limits.header_timeout, "the request headers did not arrive in time")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -99,7 +112,29 @@ class GuardedHttpTools(HttpToolsProtocol):
         if reading_headers and self._in_headers():
             self._header_bytes += len(data)
             if self._header_bytes > MAX_HEADER_BYTES:
-                self._refuse(431, f"the request headers are over {MAX_HEADER_BYTES} bytes")
+                self._refuse(431, _TOO_LARGE)
+
+    # -- the parser's callbacks: the head counted as it is taken apart ---------------
+
+    def on_message_begin(self) -> None:
+        self._parsed_header_bytes = 0
+        super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
+
+    def _count_head(self, size: int) -> None:
+        self._parsed_header_bytes += size
+        if self._parsed_header_bytes > MAX_HEADER_BYTES:
+            # Raising stops the parser; uvicorn's data_received then calls
+            # send_400_response, which answers 431 for this reason.
+            self._headers_too_large = True
+            raise _HeadersTooLarge
 
     def _in_headers(self) -> bool:
         return self._deadline is not None and self._deadline_kind == "headers"
@@ -129,6 +164,9 @@ class GuardedHttpTools(HttpToolsProtocol):
         super().on_message_complete()
 
     def send_400_response(self, msg: str) -> None:
+        if self._headers_too_large:
+            self._refuse(431, _TOO_LARGE)
+            return
         self._disarm()
         if not self.transport.is_closing():
             self.transport.write(error_response(400, f"malformed HTTP request: {msg}"))

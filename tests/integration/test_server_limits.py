@@ -1,0 +1,118 @@
+"""The HTTP server's bounds hold whatever the packet boundaries (``gateway.server``).
+
+A real gateway process in front of a sim replica, spoken to over raw sockets:
+the request head is sent in one write or in pieces, and what comes back is
+what a client sees (status line, OpenAI-shaped error, the connection closed).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from gateway.server import MAX_HEADER_BYTES
+from tests.support.gateway import GatewayProcess
+
+from .conftest import gateway_settings, running_sims, sim_args
+
+GUARD = 30.0
+"""Seconds a socket read may block: a hang guard, far above any deadline here."""
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[GatewayProcess]:
+    with running_sims([sim_args(0)]) as sims:
+        gw = GatewayProcess(gateway_settings(sims))
+        try:
+            yield gw.start()
+        finally:
+            gw.stop()
+
+
+def connect(gw: GatewayProcess) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", gw.port))
+    sock.settimeout(GUARD)
+    return sock
+
+
+def answer_of(sock: socket.socket) -> bytes:
+    """Everything the server sent until it closed the connection."""
+    data = b""
+    with sock:
+        try:
+            while chunk := sock.recv(65536):
+                data += chunk
+        except ConnectionResetError:  # closed with our unread bytes still queued
+            pass
+    return data
+
+
+def status_and_error(answer: bytes) -> tuple[int, dict]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    return status, orjson.loads(body)["error"] if status >= 400 else {}
+
+
+def head_with(extra: bytes, path: bytes = b"/health") -> bytes:
+    return (b"GET " + path + b" HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n" + extra
+            + b"\r\n")
+
+
+def many_headers(total: int) -> bytes:
+    line = b"X-Filler-%05d: " + b"v" * 40 + b"\r\n"
+    return b"".join(line % i for i in range(total // len(line % 0) + 1))
+
+
+HEADS = {
+    "many headers": head_with(many_headers(100_000)),
+    "one long header": head_with(b"X-Big: " + b"b" * 150_000 + b"\r\n"),
+    "a long request line": head_with(b"", path=b"/health?q=" + b"q" * 120_000),
+    "200 KB of headers": head_with(many_headers(200_000)),
+}
+
+
+@pytest.mark.parametrize("shape", HEADS)
+def test_headers_over_the_limit_sent_in_one_write_get_a_431(gateway, shape) -> None:
+    sock = connect(gateway)
+    sock.sendall(HEADS[shape])
+    status, error = status_and_error(answer_of(sock))
+    assert status == 431
+    assert str(MAX_HEADER_BYTES) in error["message"] and error["type"]
+
+
+@pytest.mark.parametrize("piece", [1_000, 16_000])
+def test_headers_over_the_limit_sent_in_pieces_get_a_431(gateway, piece) -> None:
+    head = HEADS["many headers"]
+    sock = connect(gateway)
+    sent = 0
+    try:
+        while sent < len(head):
+            sock.sendall(head[sent:sent + piece])
+            sent += piece
+            time.sleep(0.001)  # the slow client itself: the pieces arrive as separate reads
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # refused before the rest was sent
+    status, _ = status_and_error(answer_of(sock))
+    assert status == 431
+
+
+def test_a_long_header_sent_in_pieces_gets_a_431(gateway) -> None:
+    sock = connect(gateway)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\nX-Big: ")
+    try:
+        for _ in range(100):
+            sock.sendall(b"b" * 1_000)
+            time.sleep(0.001)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert status_and_error(answer_of(sock))[0] == 431
+
+
+def test_headers_under_the_limit_in_one_write_are_served(gateway) -> None:
+    sock = connect(gateway)
+    sock.sendall(head_with(many_headers(MAX_HEADER_BYTES - 2_000)))
+    assert status_and_error(answer_of(sock))[0] == 200
