@@ -400,6 +400,11 @@ class Settings(Strict):
     """Listen address."""
     port: int = Field(8000, ge=0, le=65535)
     """Listen port."""
+    health_port: int | None = Field(None, ge=0, le=65535)
+    """A second listen port (same ``host``) that serves only ``/health`` and ``/ready``,
+    outside ``server.max_connections``: point the liveness and readiness probes at it,
+    so clients holding every connection cannot get the gateway restarted. Keep it off
+    the client-facing Service. Unset: none (the probes share the client port)."""
     policy: str = "auto"
     """A policy name, or ``auto``: ``precise`` when every replica publishes KV events
     (``kv_events`` set, or in-process), else ``prefix``."""
@@ -473,6 +478,12 @@ class Settings(Strict):
             raise ValueError("redis_url must start with redis://, rediss:// or unix://")
         return value
 
+    @model_validator(mode="after")
+    def _ports_differ(self) -> Settings:
+        if self.health_port and self.health_port == self.port:
+            raise ValueError("health_port must differ from port")
+        return self
+
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
 
@@ -486,7 +497,7 @@ class Settings(Strict):
 
 
 _ENV_SCALARS = {
-    "HOST": "host", "PORT": "port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
+    "HOST": "host", "PORT": "port", "HEALTH_PORT": "health_port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
     "TOKENIZER": "tokenizer", "API_KEYS": "api_keys",

@@ -26,6 +26,17 @@ the 408s, and the 503 over the connection limit. With the keep-alive timeout
 4096) a slowloris holds at most that many sockets for at most a header
 deadline each.
 
+The probe port (``health_port``): a second listening socket of the same
+server, the same loop and app, whose connections serve only ``/health`` and
+``/ready`` (anything else there is a 404) and are not held to the connection
+limit. Clients that hold every connection make the client port answer 503,
+and so its ``/health``; a liveness probe on the probe port still gets its
+200, so a slowloris cannot get the pod restarted. A separate port rather
+than a slot reserved on the client port: the probe's connections are then
+told apart by the socket they came in on, not by a path any client can
+send, so no client request gets past the limit; and the port can be kept
+off the client-facing Service.
+
 :class:`GatewayServer` takes SIGTERM/SIGINT itself: the first starts the drain
 (``gateway.drain``; ``/ready`` 503 at once, new routed requests 503, streams
 cut with an error event after ``drain_seconds``), then lets uvicorn stop, and
@@ -72,6 +83,28 @@ def error_response(status: int, message: str) -> bytes:
     return head + body
 
 
+PROBE_PATHS = frozenset({"/health", "/ready"})
+"""What the probe port serves."""
+
+
+class ProbesOnly:
+    """The app as the probe port serves it: ``PROBE_PATHS``, else an OpenAI-shaped 404."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in PROBE_PATHS:
+            await self.app(scope, receive, send)
+            return
+        body = orjson.dumps(error_body(404, "this port (health_port) serves only /health and "
+                                       "/ready; the API is on the gateway's port",
+                                       "NotFoundError"))
+        await send({"type": "http.response.start", "status": 404, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
 async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> None:
     body = orjson.dumps(error_body(503, "the gateway is at its connection limit; retry shortly",
                                    "ServiceUnavailableError", code="too_many_connections"))
@@ -89,9 +122,15 @@ class GuardedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with header and body deadlines (see the module)."""
 
     limits: ServerSettings = ServerSettings()
+    probe_port: int | None = None
+    """The probe port's number once bound (``health_port``), None without one."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.probe_port is not None and self.server is not None \
+                and self.server[1] == self.probe_port:
+            # A probe's connection: probes only, never held to the connection limit.
+            self.app, self.limit_concurrency = ProbesOnly(self.app), None
         self._deadline: asyncio.TimerHandle | None = None
         self._header_bytes = 0
         self._parsed_header_bytes = 0
@@ -199,8 +238,10 @@ class GuardedHttpTools(HttpToolsProtocol):
         self.transport.close()
 
 
-def protocol_class(limits: ServerSettings) -> type[GuardedHttpTools]:
-    return type("GuardedHttpToolsProtocol", (GuardedHttpTools,), {"limits": limits})
+def protocol_class(limits: ServerSettings,
+                   probe_port: int | None = None) -> type[GuardedHttpTools]:
+    return type("GuardedHttpToolsProtocol", (GuardedHttpTools,),
+                {"limits": limits, "probe_port": probe_port})
 
 
 class GatewayServer(uvicorn.Server):
@@ -233,16 +274,37 @@ class GatewayServer(uvicorn.Server):
             self.should_exit = True
 
 
-def server_config(app: Any, settings: Settings) -> uvicorn.Config:
+def server_config(app: Any, settings: Settings, probe_port: int | None = None) -> uvicorn.Config:
     limits = settings.server
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-        loop="auto", http=protocol_class(limits), timeout_keep_alive=limits.keep_alive,
-        limit_concurrency=limits.max_connections,
+        loop="auto", http=protocol_class(limits, probe_port),
+        timeout_keep_alive=limits.keep_alive, limit_concurrency=limits.max_connections,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening), as uvicorn binds its own."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"prefixgate: cannot listen on {host}:{port}: {exc}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def serve_app(app: Any, settings: Settings) -> None:
     """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain."""
     drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)
-    GatewayServer(server_config(app, settings), drain).run()
+    sockets = [bind(settings.host, settings.port)]
+    probe_port = None
+    if settings.health_port is not None:
+        sockets.append(bind(settings.host, settings.health_port))
+        probe_port = int(sockets[-1].getsockname()[1])
+        log.info("probes: /health and /ready also on port %d, outside the connection limit",
+                 probe_port)
+    GatewayServer(server_config(app, settings, probe_port), drain).run(sockets=sockets)

@@ -91,6 +91,8 @@ def test_gateway_config_points_at_the_vllm_services(compose: dict[str, Any]) -> 
     assert settings.policy_name() == "precise"
     assert settings.host == "0.0.0.0"
     assert [p.split(":")[-1] for p in gateway["ports"]] == [str(settings.port)]
+    # the healthcheck asks the probe port, which the clients' connections cannot fill
+    assert f"localhost:{settings.health_port}/health" in " ".join(gateway["healthcheck"]["test"])
     # every PREFIXGATE_* variable is one the settings read
     for name, value in gateway["environment"].items():
         if name.startswith("PREFIXGATE_"):

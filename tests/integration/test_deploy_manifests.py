@@ -215,7 +215,8 @@ def test_gateway_accepts_its_flags_config_and_environment(
     args = _serve_parser().parse_args(container["args"])  # exits on an unknown flag
     settings = gateway_config(resources)
     assert settings.host == "0.0.0.0"
-    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"http": settings.port}
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
+        "http": settings.port, "probes": settings.health_port}
     # --api-keys names the file the Secret volume mounts
     keys = Path(args.api_keys)
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(keys.parent))
@@ -228,10 +229,12 @@ def test_gateway_accepts_its_flags_config_and_environment(
                       "PREFIXGATE_TENANT_SALT_SECRET": "s3cret"}[env["name"]]
             assert load_settings(env={env["name"]: sample}) != load_settings(env={}), env
     # probes and graceful termination
-    probes = {name: container[name]["httpGet"]["path"]
+    probes = {name: (container[name]["httpGet"]["path"], container[name]["httpGet"]["port"])
               for name in ("readinessProbe", "livenessProbe", "startupProbe")}
-    assert probes == {"readinessProbe": "/ready", "livenessProbe": "/health",
-                      "startupProbe": "/health"}
+    # on the probe port: clients holding every client connection cannot fail them
+    assert probes == {"readinessProbe": ("/ready", "probes"),
+                      "livenessProbe": ("/health", "probes"),
+                      "startupProbe": ("/health", "probes")}
     pause = int(container["lifecycle"]["preStop"]["exec"]["command"][1])
     assert pod["terminationGracePeriodSeconds"] > settings.drain_seconds + pause
 
@@ -257,6 +260,7 @@ def test_scaling_and_disruption(rendered: dict[str, list[Resource]]) -> None:
     assert hpa["spec"]["minReplicas"] >= 2
     service = one(resources, "Service", "prefixgate")
     assert service["spec"]["selector"] == labels
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]  # not the probe port
     monitor = one(resources, "ServiceMonitor", "prefixgate")
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == {"http"}
     assert all(r["metadata"]["namespace"] == "prefixgate" for r in resources)

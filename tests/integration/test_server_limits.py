@@ -16,6 +16,7 @@ import pytest
 
 from gateway.server import MAX_HEADER_BYTES
 from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
 
 from .conftest import gateway_settings, running_sims, sim_args
 
@@ -116,3 +117,49 @@ def test_headers_under_the_limit_in_one_write_are_served(gateway) -> None:
     sock = connect(gateway)
     sock.sendall(head_with(many_headers(MAX_HEADER_BYTES - 2_000)))
     assert status_and_error(answer_of(sock))[0] == 200
+
+
+# --- the probe port ----------------------------------------------------------------
+
+LIMIT = 4
+
+
+@pytest.fixture(scope="module")
+def probed_gateway() -> Iterator[tuple[GatewayProcess, int]]:
+    probe_port = free_port()
+    with running_sims([sim_args(0)]) as sims:
+        gw = GatewayProcess(gateway_settings(sims, health_port=probe_port, server={
+            "max_connections": LIMIT, "header_timeout": GUARD}))
+        try:
+            yield gw.start(), probe_port
+        finally:
+            gw.stop()
+
+
+def get(port: int, path: str) -> tuple[int, dict]:
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.settimeout(GUARD)
+    sock.sendall(b"GET " + path.encode() + b" HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    return status_and_error(answer_of(sock))
+
+
+def test_with_every_connection_held_by_slow_clients_the_probe_port_still_answers(
+        probed_gateway) -> None:
+    gw, probe_port = probed_gateway
+    held = [connect(gw) for _ in range(LIMIT)]
+    for sock in held:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n")  # headers never finished
+    try:
+        status, error = get(gw.port, "/health")
+        assert (status, error["code"]) == (503, "too_many_connections")  # the client port
+        assert get(probe_port, "/health")[0] == 200
+        assert get(probe_port, "/ready")[0] == 200
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def test_the_probe_port_serves_nothing_but_the_probes(probed_gateway) -> None:
+    _, probe_port = probed_gateway
+    status, error = get(probe_port, "/v1/models")
+    assert status == 404 and "/health" in error["message"]
