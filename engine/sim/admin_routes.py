@@ -25,7 +25,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from engine.sim.openai_routes import json_response, read_json
 from engine.sim.protocol import (
     check_length,
     parse_sampling,
@@ -33,6 +32,7 @@ from engine.sim.protocol import (
     require_messages,
     validation_error,
 )
+from engine.sim.route_io import json_response, read_json
 from engine.sim.runtime import SimRuntime, new_request_id
 
 

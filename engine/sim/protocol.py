@@ -137,6 +137,40 @@ class SamplingRequest:
     continuous_usage_stats: bool
     cache_salt: str | None
     echo: bool
+    logprobs: int | None = None
+    """Top alternatives per output token (chat: ``top_logprobs`` when ``logprobs``
+    is true; completions: ``logprobs``); ``None``: no logprobs."""
+
+
+MAX_LOGPROBS = 20
+"""vLLM's default ``--max-logprobs``."""
+
+
+def _logprobs(body: Mapping[str, Any], chat: bool) -> int | None:
+    if chat:
+        top = _int(body, "top_logprobs", None)
+        if top is not None and top < 0 and top != -1:
+            raise validation_error(
+                (), "Value error, `top_logprobs` must be a positive value or -1.", top
+            )
+        wanted = _bool(body, "logprobs", False)
+        if top is not None and top != 0 and not wanted:
+            raise validation_error(
+                (), "Value error, when using `top_logprobs`, `logprobs` must be set to true."
+            )
+        count = (top or 0) if wanted else None
+    else:
+        count = _int(body, "logprobs", None)
+        if count is not None and count < 0 and count != -1:
+            raise bad_request(f"logprobs must be non-negative or -1, got {count}.", "logprobs")
+    if count is not None and (count == -1 or count > MAX_LOGPROBS):
+        shown = "the vocabulary" if count == -1 else count
+        raise bad_request(
+            f"Requested sample logprobs of {shown}, which is greater than max allowed: "
+            f"{MAX_LOGPROBS}",
+            "logprobs",
+        )
+    return count
 
 
 def parse_sampling(body: Mapping[str, Any], chat: bool) -> SamplingRequest:
@@ -172,7 +206,11 @@ def parse_sampling(body: Mapping[str, Any], chat: bool) -> SamplingRequest:
     assert n is not None
     if n < 1:
         raise bad_request(f"n must be at least 1, got {n}.", "n")
-    if max_tokens is not None and max_tokens < 1:
+    echo = _bool(body, "echo", False)
+    # A completion that only echoes its prompt (lm-eval's log-likelihoods) may
+    # ask for no tokens: vLLM runs it with one and sends back the prompt alone.
+    echo_only = not chat and echo and max_tokens == 0
+    if max_tokens is not None and max_tokens < 1 and not echo_only:
         raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
     min_tokens = _int(body, "min_tokens", 0) or 0
     seed = _int(body, "seed", None)
@@ -189,7 +227,8 @@ def parse_sampling(body: Mapping[str, Any], chat: bool) -> SamplingRequest:
         include_usage=include_usage,
         continuous_usage_stats=continuous,
         cache_salt=cache_salt,
-        echo=_bool(body, "echo", False),
+        echo=echo,
+        logprobs=_logprobs(body, chat),
     )
 
 

@@ -31,6 +31,8 @@ class TokenEvent:
     num_cached_tokens: int
     finish_reason: str | None
     stop_reason: str | None
+    token_text: str = ""
+    """The sampled token's own text (for logprobs); ``delta_text`` may hold it back."""
 
 
 @dataclass(eq=False, slots=True)

@@ -5,20 +5,25 @@ Checked against ``vllm/entrypoints/openai/chat_completion/{protocol,serving}.py`
 
 * Full responses are ``model_dump()`` of the pydantic model: every field is
   present, ``None`` included (``refusal``, ``annotations``, ``audio``,
-  ``function_call``, ``tool_calls: []``, ``reasoning`` in a chat message;
-  ``stop_reason``, ``token_ids``, ``logprobs`` in a choice; ``service_tier``,
-  ``system_fingerprint``, ``prompt_logprobs``, ``prompt_token_ids``,
-  ``kv_transfer_params`` at the top).
+  ``function_call``, ``reasoning`` in a chat message, and ``tool_calls`` only
+  when there are some, as ``ChatMessage``'s serializer drops an empty list;
+  ``stop_reason``, ``token_ids``, ``routed_experts``, ``logprobs`` in a
+  choice; ``service_tier``, ``system_fingerprint``, ``prompt_logprobs``,
+  ``prompt_token_ids``, ``prompt_text``, ``kv_transfer_params``,
+  ``ec_transfer_params``, ``metrics`` at the top), as captured from vLLM 0.32
+  in ``tests/fixtures/vllm``.
 * Chat chunks are ``model_dump_json(exclude_unset=True)``: only fields the
   server set. The first chunk of each choice carries
-  ``delta: {"role": "assistant", "content": "", "reasoning_content": null}``
-  and ``prompt_token_ids: null``; content chunks add ``token_ids: null``;
-  the finishing chunk adds ``finish_reason`` and ``stop_reason``. The
-  ``reasoning_content: null`` comes from ``DeltaMessage``'s compatibility
-  validator, which assigns it and so marks it as set.
+  ``delta: {"role": "assistant", "content": ""}`` and ``prompt_token_ids``,
+  ``prompt_text`` (null); content chunks add ``token_ids: null``; the
+  finishing chunk adds ``finish_reason`` and ``stop_reason``. Tool-call
+  deltas are built by ``engine.sim.chat_choice``.
 * Completion chunks are ``model_dump_json(exclude_unset=False)``: all fields.
 * The usage-only chunk (``include_usage``) has ``choices: []`` and is dumped
   with ``exclude_none=True``.
+* Logprobs: chat ``{"content": [{token, logprob, bytes, top_logprobs: [...]}]}``,
+  completions ``{text_offset, token_logprobs, tokens, top_logprobs}``
+  (``engine.sim.logprobs``).
 
 Unlike vLLM, ``prompt_tokens_details.cached_tokens`` is always reported
 (vLLM needs ``--enable-prompt-tokens-details`` and omits a zero count).
@@ -42,29 +47,42 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None)
     }
 
 
-def chat_message(content: str) -> dict[str, Any]:
-    return {
+SYSTEM_FINGERPRINT = "vllm-0.32.0-5e1a7c0d"
+"""vLLM 0.32 reports ``vllm-<version>-<hex>``; this is the simulator's."""
+
+
+def chat_message(
+    content: str | None, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
         "role": "assistant",
         "content": content,
         "refusal": None,
         "annotations": None,
         "audio": None,
         "function_call": None,
-        "tool_calls": [],
-        "reasoning": None,
     }
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    message["reasoning"] = None
+    return message
 
 
 def chat_choice(
-    index: int, content: str, finish_reason: str, stop_reason: str | None
+    index: int,
+    message: dict[str, Any],
+    finish_reason: str,
+    stop_reason: str | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "index": index,
-        "message": chat_message(content),
-        "logprobs": None,
+        "message": message,
+        "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,
         "token_ids": None,
+        "routed_experts": None,
     }
 
 
@@ -82,11 +100,14 @@ def chat_completion(
         "model": model,
         "choices": choices,
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "usage": usage_info,
         "prompt_logprobs": None,
         "prompt_token_ids": None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -104,6 +125,7 @@ def chat_chunk(
     choice: dict[str, Any],
     usage_info: dict[str, Any] | None = None,
     first: bool = False,
+    fingerprint: bool = False,
 ) -> bytes:
     chunk: dict[str, Any] = {
         "id": request_id,
@@ -116,25 +138,32 @@ def chat_chunk(
         chunk["usage"] = usage_info
     if first:
         chunk["prompt_token_ids"] = None
+        chunk["prompt_text"] = None
+    if fingerprint:  # the last chunk, when no usage chunk follows
+        chunk["system_fingerprint"] = SYSTEM_FINGERPRINT
     return sse(chunk)
 
 
-def chat_role_choice(index: int) -> dict[str, Any]:
+def chat_role_choice(index: int, role: str = "assistant") -> dict[str, Any]:
     return {
         "index": index,
-        "delta": {"role": "assistant", "content": "", "reasoning_content": None},
+        "delta": {"role": role, "content": ""},
         "logprobs": None,
         "finish_reason": None,
     }
 
 
 def chat_delta_choice(
-    index: int, text: str, finish_reason: str | None, stop_reason: str | None
+    index: int,
+    delta: dict[str, Any],
+    finish_reason: str | None,
+    stop_reason: str | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     choice: dict[str, Any] = {
         "index": index,
-        "delta": {"content": text, "reasoning_content": None},
-        "logprobs": None,
+        "delta": delta,
+        "logprobs": logprobs,
         "finish_reason": finish_reason,
     }
     if finish_reason is not None:
@@ -164,22 +193,28 @@ def usage_chunk(
             "model": model,
             "choices": [],
             "usage": compact,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
         }
     )
 
 
 def completion_choice(
-    index: int, text: str, finish_reason: str | None, stop_reason: str | None
+    index: int,
+    text: str,
+    finish_reason: str | None,
+    stop_reason: str | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "index": index,
         "text": text,
-        "logprobs": None,
+        "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,
         "token_ids": None,
         "prompt_logprobs": None,
         "prompt_token_ids": None,
+        "routed_experts": None,
     }
 
 
@@ -197,7 +232,7 @@ def completion(
         "model": model,
         "choices": choices,
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
         "usage": usage_info,
         "kv_transfer_params": None,
     }
@@ -212,11 +247,12 @@ def completion_chunk(
     finish_reason: str | None,
     stop_reason: str | None,
     usage_info: dict[str, Any] | None,
+    logprobs: dict[str, Any] | None = None,
 ) -> bytes:
     choice = {
         "index": index,
         "text": text,
-        "logprobs": None,
+        "logprobs": logprobs,
         "finish_reason": finish_reason,
         "stop_reason": stop_reason,
         "prompt_token_ids": None,

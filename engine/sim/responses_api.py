@@ -35,8 +35,8 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from engine.sim.openai_routes import ChoiceResult, collect, json_response, output_spec, read_json
 from engine.sim.protocol import SimError, bad_request, check_length, parse_sampling
+from engine.sim.route_io import ChoiceResult, collect, json_response, output_spec, read_json
 from engine.sim.runtime import Generation, SimRuntime
 from policies.lru import LRU
 

@@ -22,7 +22,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from engine.sim.cache import PrefixCache
@@ -160,6 +160,13 @@ class SimRuntime:
             len(text), lambda: renderer.text_token_ids(text, add_special_tokens)
         )
 
+    async def token_texts(self, token_ids: Sequence[int]) -> list[str]:
+        """Each token's own text (what ``echo`` logprobs name the prompt's tokens)."""
+        renderer = self.renderer
+        return await self._off_loop(
+            len(token_ids) * 4, lambda: [renderer.decode([token]) for token in token_ids]
+        )
+
     async def decode(self, token_ids: Sequence[int]) -> str:
         renderer = self.renderer
         return await self._off_loop(len(token_ids) * 4, lambda: renderer.decode(token_ids))
@@ -175,16 +182,18 @@ class SimRuntime:
         cache_salt: str | None,
         queue: asyncio.Queue[TokenEvent] | None = None,
         index_offset: int = 0,
+        scripts: Sequence[tuple[str, ...] | None] | None = None,
     ) -> Generation:
         """Queue ``n`` choices of one prompt; their events go to ``queue``
-        (a new one unless given) with choice indexes from ``index_offset``."""
+        (a new one unless given) with choice indexes from ``index_offset``.
+        ``scripts`` gives each choice its own scripted answer (``OutputSpec.script``)."""
         generation = Generation(prompt_token_ids=prompt_token_ids)
         if queue is not None:
             generation.queue = queue
         emit = generation.queue.put_nowait
         for choice in range(n):
             output = OutputText(
-                spec,
+                replace(spec, script=scripts[choice]) if scripts is not None else spec,
                 prompt_token_ids,
                 choice,
                 self.config.seed,

@@ -336,6 +336,7 @@ class Engine:
             num_cached_tokens=max(request.num_cached_tokens, 0),
             finish_reason=step.finish_reason,
             stop_reason=step.stop_reason,
+            token_text=step.token_text,
         )
         if step.finish_reason is not None:
             self.running.remove(request)

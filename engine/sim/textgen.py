@@ -14,6 +14,12 @@ How long an answer is:
   ``stop``, ``stop_reason`` null, ``L`` completion tokens, as vLLM counts the
   EOS token); else ``max_tokens`` words, finish reason ``length``.
 
+A scripted answer (``OutputSpec.script``: the JSON of ``response_format``, a
+tool call's arguments; see ``engine.sim.answers``) is those pieces in order,
+one token each, then the EOS token; ``max_tokens`` cuts it short (``length``)
+as it would cut a real model's guided output. ``min_tokens`` and
+``ignore_eos`` do not lengthen it: guided decoding ends where the grammar does.
+
 Stop strings end the answer at the first match (finish reason ``stop``,
 ``stop_reason`` the matched string; the string itself is cut off unless
 ``include_stop_str_in_output``). As vLLM's detokenizer does, a stream holds
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -96,6 +103,8 @@ VOCABULARY: tuple[str, ...] = (
 FIRST_WORD_TOKEN_ID = 1000
 """Synthetic token ids of the vocabulary: ``FIRST_WORD_TOKEN_ID + index``."""
 EOS_TOKEN_ID = 2
+FIRST_SCRIPT_TOKEN_ID = 5000
+"""Synthetic ids of scripted pieces: ``FIRST_SCRIPT_TOKEN_ID`` plus a hash of the text."""
 
 
 def prompt_seed(token_ids: Sequence[int]) -> int:
@@ -113,6 +122,8 @@ class OutputSpec:
     stop: tuple[str, ...] = ()
     include_stop_str_in_output: bool = False
     seed: int | None = None
+    script: tuple[str, ...] | None = None
+    """The answer's pieces, one token each, instead of words drawn at random."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +132,19 @@ class TokenStep:
     delta_text: str
     finish_reason: str | None
     stop_reason: str | None
+    token_text: str = ""
+    """This token's own text (what logprobs name it), before stop-string hold-back."""
+
+
+def choice_key(seed: int | None, prompt_token_ids: Sequence[int], index: int,
+               server_seed: int) -> str:
+    """What one choice's randomness is seeded with.
+
+    A request seed alone fixes the answer, as on identical vLLM replicas;
+    without one the server's seed and the prompt do."""
+    if seed is not None:
+        return f"request:{seed}:{index}"
+    return f"{server_seed}:{prompt_seed(prompt_token_ids)}:{index}"
 
 
 class OutputText:
@@ -135,15 +159,15 @@ class OutputText:
         len_min: int,
         len_max: int,
     ) -> None:
-        # A request seed alone fixes the answer, as on identical vLLM replicas;
-        # without one the server's seed and the prompt do.
-        if spec.seed is not None:
-            key = f"request:{spec.seed}:{index}"
-        else:
-            key = f"{server_seed}:{prompt_seed(prompt_token_ids)}:{index}"
-        self._rng = random.Random(key)
+        self._rng = random.Random(choice_key(spec.seed, prompt_token_ids, index, server_seed))
         self._spec = spec
-        if spec.ignore_eos:
+        if spec.script is not None:
+            length = len(spec.script)
+            if length < spec.max_tokens:
+                self._words, self._finish = length, "stop"
+            else:
+                self._words, self._finish = spec.max_tokens, "length"
+        elif spec.ignore_eos:
             self._words, self._finish = spec.max_tokens, "length"
         else:
             natural = max(self._rng.randint(len_min, len_max), spec.min_tokens + 1)
@@ -164,22 +188,30 @@ class OutputText:
         if self.num_tokens > self._words:
             # The natural end: an EOS token, which adds no text.
             return self._finish_with(EOS_TOKEN_ID, "stop", None)
-        word_index = self._rng.randrange(len(VOCABULARY))
-        token_id = FIRST_WORD_TOKEN_ID + word_index
+        token_id, piece = self._next_piece()
         search_from = max(0, len(self.text) - self._holdback)
-        self.text += VOCABULARY[word_index] if not self.text else " " + VOCABULARY[word_index]
+        self.text += piece
         match = self._find_stop(search_from)
         if match is not None:
             position, stop = match
             end = position + len(stop) if self._spec.include_stop_str_in_output else position
             self.text = self.text[:end]
-            return self._finish_with(token_id, "stop", stop)
+            return self._finish_with(token_id, "stop", stop, piece)
         if self.num_tokens == self._words and self._finish == "length":
-            return self._finish_with(token_id, "length", None)
+            return self._finish_with(token_id, "length", None, piece)
         visible = len(self.text) - self._holdback
         delta = self.text[self._sent : visible] if visible > self._sent else ""
         self._sent = max(self._sent, visible)
-        return TokenStep(token_id, delta, None, None)
+        return TokenStep(token_id, delta, None, None, piece)
+
+    def _next_piece(self) -> tuple[int, str]:
+        script = self._spec.script
+        if script is not None:
+            piece = script[self.num_tokens - 1]
+            return FIRST_SCRIPT_TOKEN_ID + zlib.crc32(piece.encode()) % 50_000, piece
+        word_index = self._rng.randrange(len(VOCABULARY))
+        word = VOCABULARY[word_index]
+        return FIRST_WORD_TOKEN_ID + word_index, word if not self.text else " " + word
 
     def _find_stop(self, search_from: int) -> tuple[int, str] | None:
         best: tuple[int, str] | None = None
@@ -189,8 +221,10 @@ class OutputText:
                 best = (position, stop)
         return best
 
-    def _finish_with(self, token_id: int, reason: str, stop_reason: str | None) -> TokenStep:
+    def _finish_with(
+        self, token_id: int, reason: str, stop_reason: str | None, piece: str = ""
+    ) -> TokenStep:
         self.finished = True
         delta = self.text[self._sent :]
         self._sent = len(self.text)
-        return TokenStep(token_id, delta, reason, stop_reason)
+        return TokenStep(token_id, delta, reason, stop_reason, piece)

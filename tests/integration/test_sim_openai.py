@@ -59,7 +59,8 @@ def test_chat_completion_is_shaped_like_vllm(client: openai.OpenAI) -> None:
         == response.usage.prompt_tokens + response.usage.completion_tokens
     )
     raw = choice.model_dump()
-    assert raw["stop_reason"] is None and raw["message"]["tool_calls"] == []
+    # vLLM 0.32 leaves an empty tool_calls out of the message (tests/fixtures/vllm)
+    assert raw["stop_reason"] is None and raw["message"]["tool_calls"] is None
 
 
 def test_max_tokens_reached_finishes_with_length(client: openai.OpenAI) -> None:
@@ -227,8 +228,6 @@ def test_unknown_fields_are_accepted(client: openai.OpenAI) -> None:
     assert response.usage is not None and response.usage.completion_tokens == 2
 
 
-@pytest.mark.xfail(strict=True, reason="the simulator answers logprobs: null "
-                   "(engine/sim/responses.py); vLLM returns one entry per generated token")
 def test_logprobs_come_back_one_per_token_with_the_top_alternatives(
         client: openai.OpenAI) -> None:
     response = client.chat.completions.create(

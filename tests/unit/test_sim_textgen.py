@@ -59,3 +59,12 @@ def test_a_stop_string_is_never_streamed_and_is_reported() -> None:
         OutputSpec(max_tokens=40, ignore_eos=True, stop=(stop,), include_stop_str_in_output=True)
     )
     assert kept == full[: full.index(stop) + len(stop)]
+
+
+def test_a_script_is_sent_piece_by_piece_then_eos_or_cut_by_max_tokens() -> None:
+    script = ("{", '"a"', ":", " 1", "}")
+    text, deltas, tokens, reason, _ = run(OutputSpec(max_tokens=10, script=script))
+    assert text == '{"a": 1}' and deltas[:-1] == list(script) and deltas[-1] == ""
+    assert tokens == 6 and reason == "stop"  # five pieces and the EOS token
+    text, _, tokens, reason, _ = run(OutputSpec(max_tokens=3, script=script))
+    assert text == '{"a":' and tokens == 3 and reason == "length"
