@@ -138,7 +138,8 @@ async def streams(url: str, count: int) -> dict[str, Any]:
 
 
 class HealthProbe(threading.Thread):
-    """GET /health every ``period`` on its own connection; latencies in seconds."""
+    """GET /health every ``period`` on its own connection; latencies in seconds (a
+    status other than 200 counts as a failure, its latency too)."""
 
     def __init__(self, url: str, period: float = 0.01) -> None:
         super().__init__(daemon=True)
@@ -234,12 +235,13 @@ def memo_bytes(url: str) -> dict[str, float]:
 
 
 def start_gateway(group: ServiceGroup, replicas: list[Any], out: Path,
-                  limits: dict[str, int]) -> tuple[str, int]:
+                  limits: dict[str, int], **extra: Any) -> tuple[str, int]:
+    """The gateway process (``extra``: more of its settings); its URL and pid."""
     port = free_port()
     settings = {"port": port, "policy": "prefix", "health_interval": 1.0,
                 "replicas": [{"id": r.id, "url": r.url, "model": MODEL} for r in replicas],
                 "models": [{"name": MODEL, "tokenizer": bundled_qwen_tokenizer_dir()}],
-                "limits": limits, "log_level": "warning"}
+                "limits": limits, "log_level": "warning", **extra}
     config = out / "gateway.yaml"
     config.write_text(yaml.safe_dump(settings))
     url = f"http://127.0.0.1:{port}"
