@@ -43,14 +43,18 @@ class Timeouts:
     """Seconds to establish a connection."""
     first_byte: float = 30.0
     """Seconds until a stream's status line and first chunk (the time to first token,
-    queueing included). Enforced by the gateway's proxy, which fails over when it passes."""
+    queueing included). Enforced by the gateway's proxy, which fails over when it passes
+    — unless the replica is still working through a queue (it made progress in the
+    last ``first_byte`` seconds and has requests waiting): then the request is queued,
+    not lost, and keeps waiting, up to ``response``."""
     response: float = 300.0
     """Seconds until a response's status line. vLLM sends a non-streaming answer's
     status line when the answer is complete, so this bounds the whole generation;
     a replica that hangs meanwhile is caught sooner by its breaker (health probes)."""
     idle: float = 30.0
     """Seconds allowed between two chunks of a body (a stream's tokens, or a
-    non-streaming body once its status line came)."""
+    non-streaming body once its status line came). The first chunk is bounded by
+    ``response`` and, for a stream, by the proxy's ``first_byte`` rule."""
     probe: float = 2.0
     """Seconds for health checks and metric scrapes: ``/health`` is trivial, so a
     replica that takes longer has stopped answering."""

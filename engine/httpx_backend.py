@@ -62,9 +62,12 @@ class HttpxBackend:
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[bytes]:
         iterator = response.aiter_bytes().__aiter__()
+        # The first chunk (a stream's first token) may take as long as a response may;
+        # the proxy's first-byte deadline judges that wait. Then ``idle`` between chunks.
+        limit = self.timeouts.response
         while True:
             try:
-                async with asyncio.timeout(self.timeouts.idle):
+                async with asyncio.timeout(limit):
                     chunk = await iterator.__anext__()
             except StopAsyncIteration:
                 return
@@ -73,6 +76,7 @@ class HttpxBackend:
             except httpx.HTTPError as exc:
                 raise ReplicaStreamBroken(self.replica_id, f"{type(exc).__name__}: {exc}") from None
             if chunk:
+                limit = self.timeouts.idle
                 yield chunk
 
     async def get(self, path: str) -> tuple[int, bytes]:

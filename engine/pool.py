@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,8 @@ class Replica:
     """The prefill the gateway sent here that the replica has not confirmed."""
     seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN
     """Its measured prefill speed (``engine.slow``), at which ``prefill`` drains."""
+    progressed_at: float = -math.inf
+    """When it last showed progress: a first byte, or token counters that moved."""
 
     @property
     def id(self) -> str:
@@ -323,6 +326,7 @@ class ReplicaPool:
         slow; a replica much slower than its peers for the same work opens it."""
         self._settle(lease)
         replica = lease.replica
+        replica.progressed_at = self._clock()
         replica_id, breaker = replica.id, replica.breaker
         peers = [r.id for r in self._replicas.values()
                  if r.id != replica_id and r.breaker.state is State.CLOSED]
@@ -340,6 +344,22 @@ class ReplicaPool:
                                   "(time to first token for its queued and uncached tokens)")
         breaker.success(self._clock(), slow=slow)
         self._sync(replica)
+
+    def pending_prefill(self, replica_id: str) -> tuple[int, int]:
+        """(requests, prompt tokens) the gateway sent to the replica whose prefill it
+        has not confirmed yet: the queue a new request joins (estimated as it drains)."""
+        replica = self._replicas[replica_id]
+        return replica.prefill.requests, replica.prefill.tokens(self._clock(),
+                                                                replica.seconds_per_token)
+
+    def working_through_a_queue(self, replica_id: str, within: float) -> bool:
+        """Whether a request still waiting for its first token on the replica is queued
+        rather than lost: the replica made progress in the last ``within`` seconds (a
+        first byte, or its token counters moved) and has other requests waiting (in
+        its engine's queue, or the gateway's own not yet prefilled there)."""
+        replica = self._replicas[replica_id]
+        return (self._clock() - replica.progressed_at <= within
+                and (replica.metrics.waiting > 0 or replica.prefill.requests > 1))
 
     def breaker_state(self, replica_id: str) -> State:
         return self._replicas[replica_id].breaker.tick(self._clock())
@@ -368,7 +388,11 @@ class ReplicaPool:
                 raise EngineError(replica.id, f"/health answered {status}")
             status, body = await replica.backend.get("/metrics")
             if status == 200:
-                replica.metrics = parse_vllm_metrics(body.decode("utf-8", "replace"))
+                before, replica.metrics = (replica.metrics,
+                                           parse_vllm_metrics(body.decode("utf-8", "replace")))
+                if (replica.metrics.generation_tokens > before.generation_tokens
+                        or replica.metrics.prompt_tokens > before.prompt_tokens):
+                    replica.progressed_at = self._clock()
             if not replica.served_models or replica.probes % self.models_every == 0:
                 await self._models(replica)
         except EngineError as exc:

@@ -104,19 +104,23 @@ class RemoteBackend:
         # chunk (asyncio.timeout), which at thousands of chunks a second was a
         # good part of the gateway's CPU. A read waiting too long is failed by
         # setting the exception on aiohttp's stream reader.
+        # The first chunk may take as long as a response may (``response``): for a
+        # stream it is the first token, and a queued request's first token waits for
+        # the queue; the proxy's first-byte deadline judges that wait.
         waiting_since = [0.0]
+        limit = [self.timeouts.response]
         timer: asyncio.TimerHandle
 
         def check() -> None:
             nonlocal timer
             started = waiting_since[0]
-            if started and loop.time() - started >= idle:
+            if started and loop.time() - started >= limit[0]:
                 content.set_exception(ReplicaTimeout(
                     self.replica_id, "stream idle for too long"))
                 return
-            timer = loop.call_at((started or loop.time()) + idle, check)
+            timer = loop.call_at((started or loop.time()) + min(limit[0], idle), check)
 
-        timer = loop.call_at(loop.time() + idle, check)
+        timer = loop.call_at(loop.time() + min(limit[0], idle), check)
         try:
             while True:
                 waiting_since[0] = loop.time()
@@ -132,6 +136,7 @@ class RemoteBackend:
                     if content.at_eof():
                         return
                     continue
+                limit[0] = idle
                 yield chunk
         finally:
             timer.cancel()

@@ -137,6 +137,7 @@ class OpsView:
             "kind": replica.spec.kind,
             "healthy": replica.healthy,
             "inflight": replica.inflight,
+            **_pending(self.pool, replica),
             "running": m.running,
             "waiting": m.waiting,
             "kv_usage": _round(m.kv_usage),
@@ -153,6 +154,14 @@ class OpsView:
             "last_error": replica.last_error,
             "history": _history(stats.history, now),
         }
+
+
+def _pending(pool: ReplicaPool, replica: Replica) -> dict[str, Any]:
+    """The gateway's requests there not yet prefilled, their prefill left, and the
+    replica's measured prefill speed (``engine.prefill``)."""
+    requests, tokens = pool.pending_prefill(replica.id)
+    return {"pending_requests": requests, "pending_prefill_tokens": tokens,
+            "prefill_tokens_per_s": _round(1.0 / replica.seconds_per_token, 0)}
 
 
 def _rates(totals: Totals, suffix: str) -> dict[str, Any]:

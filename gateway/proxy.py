@@ -10,9 +10,13 @@ one is tried. After the first byte nothing is retried: a broken stream ends
 with an error event (see ``streaming``).
 
 Deadlines: a stream's status line and first chunk within
-``timeouts.first_byte``; any status line within ``timeouts.response`` (the
-backend's; a non-streaming answer's status line comes with the whole answer);
-body chunks within ``timeouts.idle``. While the request waits, a
+``timeouts.first_byte`` — a request queued on a replica that is working
+through its queue (``ReplicaPool.working_through_a_queue``: progress in the
+last ``first_byte`` seconds, others waiting) is not lost, and waits another
+``first_byte``, as it would on vLLM directly, up to ``timeouts.response``;
+any status line within ``timeouts.response`` (the backend's; a
+non-streaming answer's status line comes with the whole answer); body
+chunks after the first within ``timeouts.idle``. While the request waits, a
 :class:`~gateway.interrupts.RequestGuard` watches the client (a disconnect
 abandons the attempt and so aborts the upstream request, even before its
 status line), the replica (a breaker opened for failing sends the request to
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -65,6 +70,30 @@ class _Answer:
     ttft: float | None
     """A stream's seconds from sending to its first chunk."""
     streams: bool
+
+
+class _FirstByteWatch:
+    """Expires ``deadline`` after ``first_byte`` seconds, unless the replica is working
+    through a queue then: it looks again ``first_byte`` seconds later."""
+
+    __slots__ = ("_deadline", "_first_byte", "_handle", "_queued")
+
+    def __init__(self, deadline: asyncio.Timeout, first_byte: float,
+                 queued: Callable[[], bool]) -> None:
+        self._deadline = deadline
+        self._first_byte = first_byte
+        self._queued = queued
+        self._handle = asyncio.get_running_loop().call_later(first_byte, self._check)
+
+    def _check(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._queued():
+            self._handle = loop.call_later(self._first_byte, self._check)
+        else:
+            self._deadline.reschedule(loop.time())
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class Proxy:
@@ -141,15 +170,21 @@ class Proxy:
                                           exchange.forward_headers, exchange.method)
             return _Answer(upstream, await upstream.read(), None, False)
         try:
-            async with asyncio.timeout(self.first_byte):
-                upstream = await backend.send(exchange.target, exchange.forward_body,
-                                              exchange.forward_headers, exchange.method)
-                if upstream.status_code != 200:
-                    return _Answer(upstream, await upstream.read(), None, False)
-                first = await self._first_chunk(upstream)
+            async with asyncio.timeout(None) as deadline:
+                watch = _FirstByteWatch(deadline, self.first_byte, functools.partial(
+                    self.pool.working_through_a_queue, replica_id, self.first_byte))
+                try:
+                    upstream = await backend.send(exchange.target, exchange.forward_body,
+                                                  exchange.forward_headers, exchange.method)
+                    if upstream.status_code != 200:
+                        return _Answer(upstream, await upstream.read(), None, False)
+                    first = await self._first_chunk(upstream)
+                finally:
+                    watch.cancel()
         except TimeoutError:
             raise ReplicaTimeout(replica_id, "no first token within the first-byte timeout "
-                                 f"({self.first_byte:g}s)") from None
+                                 f"({self.first_byte:g}s), and the replica made no progress "
+                                 "through a queue meanwhile") from None
         return _Answer(upstream, first, self.clock() - sent, True)
 
     def _answer(self, exchange: Exchange, lease: Lease, attempt: Attempt, answer: _Answer,

@@ -31,6 +31,8 @@ from .overhead import overhead_command
 from .plots import write_plots
 from .report import write_outputs
 from .results import ContenderResult
+from .vllm_bench import add_parser as add_vllm_bench_parser
+from .vllm_bench import vllm_bench_command
 from .vllm_fleet import VLLM_CPU_MODELS
 from .workloads.mooncake import repo_root
 from .workloads.registry import (
@@ -119,6 +121,7 @@ def parser() -> argparse.ArgumentParser:
     _limits_arguments(compare)
 
     commands.add_parser("workloads", help="list workloads and their parameters")
+    add_vllm_bench_parser(commands)
     return root
 
 
@@ -166,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return workloads_command()
         if args.command == "overhead":
             return overhead_command(args, argv)
+        if args.command == "vllm-bench":
+            return vllm_bench_command(args, argv)
         return compare_command(args, argv)
     except (ValueError, FileNotFoundError) as exc:
         print(f"loadtest: {exc}", file=sys.stderr)

@@ -54,6 +54,12 @@ import openai
 import orjson
 
 REPLICA_HEADER = "x-prefixgate-replica"
+MATCHED_HEADER = "x-prefixgate-matched-tokens"
+
+
+def matched_of(headers: Mapping[str, str]) -> int | None:
+    value = headers.get(MATCHED_HEADER)
+    return int(value) if value is not None and value.isdigit() else None
 
 Clock = Callable[[], float]
 
@@ -73,6 +79,8 @@ class RequestRecord:
     cached_tokens: int | None = None
     usage_reported: bool = False
     replica: str | None = None
+    matched_tokens: int | None = None
+    """``x-prefixgate-matched-tokens``: what the gateway predicted the replica holds."""
     error: str | None = None
     request_id: str | None = None
     """The ``X-Request-Id`` sent, when the client sets one (the lean client does)."""
@@ -188,7 +196,7 @@ class StreamReading:
         self.chunk(text, chunk.get("usage"), bool(choices))
 
     def outcome(self, error: str | None, replica: str | None,
-                request_id: str | None = None) -> ChatOutcome:
+                request_id: str | None = None, matched: int | None = None) -> ChatOutcome:
         """The record of the request, now that its stream is over (or failed)."""
         end = self.clock()
         call, start, usage = self.call, self.start, self.usage or {}
@@ -212,7 +220,8 @@ class StreamReading:
             sent_at=start - self.run_start, ttft=ttft, tpot=tpot, e2e=e2e,
             prompt_tokens=usage.get("prompt_tokens"), completion_tokens=completion,
             cached_tokens=details.get("cached_tokens"), usage_reported=bool(self.usage),
-            replica=replica, error=error, request_id=request_id, started=start)
+            replica=replica, matched_tokens=matched, error=error, request_id=request_id,
+            started=start)
         return ChatOutcome(record, "".join(self.pieces), token_tpot)
 
 
@@ -259,12 +268,12 @@ class OpenAIClient:
         body = call.request(model)
         extra = {"ignore_eos": True} if body.pop("ignore_eos", False) else None
         reading = StreamReading(call, clock, run_start)
-        replica = error = None
+        replica = error = matched = None
         try:
             api = self.api.completions if call.completions else self.api.chat.completions
             raw = await api.with_raw_response.create(  # type: ignore[call-overload]
                 **body, extra_body=extra)
-            replica = raw.headers.get(REPLICA_HEADER)
+            replica, matched = raw.headers.get(REPLICA_HEADER), matched_of(raw.headers)
             parsed = raw.parse()
             # parse() is a coroutine in some openai releases and returns the stream in others
             stream = await parsed if inspect.isawaitable(parsed) else parsed
@@ -277,7 +286,7 @@ class OpenAIClient:
                 reading.chunk(text, usage, choice is not None)
         except Exception as exc:  # noqa: BLE001 - every failure is a measured outcome
             error = _short(exc)
-        return reading.outcome(error, replica)
+        return reading.outcome(error, replica, matched=matched)
 
 
 class LeanClient:
@@ -307,11 +316,12 @@ class LeanClient:
         request_id = uuid.uuid4().hex
         headers = {**self.headers, "x-request-id": request_id}
         reading = StreamReading(call, clock, run_start)
-        replica = error = None
+        replica = error = matched = None
         try:
             async with self._client().post(self.base_url + path, data=payload,
                                            headers=headers) as response:
                 replica = response.headers.get(REPLICA_HEADER)
+                matched = matched_of(response.headers)
                 if response.status != 200:
                     error = f"HTTP {response.status}: {(await response.text())[:200]}"
                 else:
@@ -319,4 +329,4 @@ class LeanClient:
                         reading.sse_line(line)
         except Exception as exc:  # noqa: BLE001 - every failure is a measured outcome
             error = f"{type(exc).__name__}: {str(exc)[:200]}"
-        return reading.outcome(error, replica, request_id)
+        return reading.outcome(error, replica, request_id, matched)

@@ -47,6 +47,11 @@ class MeasuredRun:
     drive: DriveResult
     replicas: tuple[ReplicaDelta, ...]
     load: tuple[LoadSample, ...]
+    ejections: float | None = None
+    """Breaker openings of the gateway's replicas during the run (prefixgate only)."""
+
+
+BREAKER_OPENINGS = "prefixgate_replica_breaker_opened_total{"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,7 @@ async def measure(
     urls = tuple(replica_urls)
     async with httpx.AsyncClient(timeout=5.0) as scraper:
         before = await scrape_all(scraper, urls) if urls else {}
+        ejected_before = await breaker_openings(scraper, target.base_url)
         clients: list[StreamClient] = []
         for base_url in target.base_url.split(","):
             if limits.raw_client:
@@ -105,5 +111,26 @@ async def measure(
         # Let the replicas' counters catch up with the last finished requests.
         await asyncio.sleep(0.2)
         after = await scrape_all(scraper, urls) if urls else {}
+        if urls:
+            await sampler.sample(start)  # the last burst's requests, counted
+        ejected_after = await breaker_openings(scraper, target.base_url)
+    ejections = (ejected_after - ejected_before
+                 if ejected_after is not None and ejected_before is not None else None)
     return MeasuredRun(target.label, workload.name, urls, result,
-                       tuple(deltas(before, after)), tuple(sampler.samples))
+                       tuple(deltas(before, after)), tuple(sampler.samples), ejections)
+
+
+async def breaker_openings(client: httpx.AsyncClient, base_urls: str) -> float | None:
+    """``prefixgate_replica_breaker_opened_total`` summed over the target's replicas (and
+    its instances); None when the target does not publish it (a peer router)."""
+    total, found = 0.0, False
+    for base_url in base_urls.split(","):
+        try:
+            response = await client.get(base_url.rstrip("/") + "/metrics")
+        except httpx.HTTPError:
+            return None
+        for line in response.text.splitlines():
+            if line.startswith(BREAKER_OPENINGS):
+                found = True
+                total += float(line.rsplit(" ", 1)[1])
+    return total if found else None

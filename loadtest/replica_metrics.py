@@ -9,7 +9,8 @@ comparable. Requests served per replica come from
 
 During the run :class:`LoadSampler` reads ``vllm:num_requests_running`` +
 ``vllm:num_requests_waiting`` of every replica every ``period`` seconds: the
-load per replica over time.
+load per replica over time, with each replica's request counter at that
+moment (requests served between two instants, e.g. per burst).
 
 The exposition text is read with a deliberately small parser: every sample of
 a ``vllm:`` series is summed over its label sets (one engine per replica here;
@@ -112,6 +113,8 @@ class LoadSample:
     """Seconds since the start of the run."""
     load: tuple[float, ...]
     """running + waiting per replica, in the order of the replica URLs (NaN: scrape failed)."""
+    served: tuple[float, ...] = ()
+    """``vllm:request_success_total`` per replica at that moment (NaN: scrape failed)."""
 
 
 class LoadSampler:
@@ -125,16 +128,20 @@ class LoadSampler:
         self.period = period
         self.samples: list[LoadSample] = []
 
-    async def _one(self, url: str) -> float:
+    async def _one(self, url: str) -> tuple[float, float]:
         try:
             counters = await scrape(self.client, url)
         except (httpx.HTTPError, ValueError):
-            return math.nan
-        return counters.running + counters.waiting
+            return math.nan, math.nan
+        return counters.running + counters.waiting, counters.requests
+
+    async def sample(self, start: float) -> None:
+        at = self.clock() - start
+        found = await asyncio.gather(*(self._one(url) for url in self.urls))
+        self.samples.append(LoadSample(at, tuple(load for load, _ in found),
+                                       tuple(served for _, served in found)))
 
     async def run(self, start: float) -> None:
         while True:
-            at = self.clock() - start
-            loads = await asyncio.gather(*(self._one(url) for url in self.urls))
-            self.samples.append(LoadSample(at, tuple(loads)))
+            await self.sample(start)
             await asyncio.sleep(self.period)

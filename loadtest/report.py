@@ -15,6 +15,11 @@ reads, one row per contender:
 | max/mean load | busiest replica's time-averaged load over the average |
 | requests per replica | as counted by the replicas |
 | errors | failed requests (+ abandoned turns, + unsent past the time limit) |
+
+A run of the ``burst`` workload adds a second table, per contender: the
+worst burst's busiest replica over the mean, each burst's requests per
+replica, the cached tokens the replicas reported, the gateway's predicted
+over those (``x-prefixgate-matched-tokens``), and its breaker openings.
 """
 
 from __future__ import annotations
@@ -50,6 +55,30 @@ def _row(result: ContenderResult, bound: float | None) -> list[str]:
 
 def markdown_table(results: Sequence[ContenderResult], bound: float | None) -> str:
     return markdown.table(HEADER, (_row(result, bound) for result in results))
+
+
+BURST_HEADER = ("contender", "worst burst max/mean", "requests per replica, per burst",
+                "cached tokens", "predicted/actual", "breaker openings", "TTFT p99 ms")
+
+
+def _burst_row(result: ContenderResult) -> list[str]:
+    summary = result.summary
+    if summary is None:
+        return [result.name, "unavailable"] + [""] * (len(BURST_HEADER) - 2)
+    cached = sum(r.prefix_hits for r in summary.replicas)
+    shares = " · ".join("/".join(str(n) for n in burst) for burst in summary.bursts)
+    ejections = (markdown.MISSING if summary.ejections is None
+                 else f"{summary.ejections:.0f}")
+    return [result.name, markdown.num(summary.burst_max_mean, 2), shares or markdown.MISSING,
+            f"{cached:,.0f}", markdown.num(summary.predicted_ratio, 2), ejections,
+            markdown.ms(summary.ttft.p99)]
+
+
+def burst_table(results: Sequence[ContenderResult]) -> str:
+    """The burst figures, or "" when no contender ran bursts."""
+    if not any(r.summary is not None and r.summary.bursts for r in results):
+        return ""
+    return "\n### Bursts\n\n" + markdown.table(BURST_HEADER, (_burst_row(r) for r in results))
 
 
 def results_document(meta: dict[str, Any], results: Sequence[ContenderResult],
@@ -91,5 +120,6 @@ def write_outputs(out_dir: Path, meta: dict[str, Any], results: Sequence[Contend
         f"\n### {r.name} unavailable\n\n```\n{r.unavailable}\n```\n"
         for r in results if r.unavailable)
     markdown.write(paths["md"], bound_line + markdown_table(results, bound)
+                   + burst_table(results)
                    + (f"\nNotes:\n{notes}" if notes else "") + unavailable, title)
     return paths

@@ -13,6 +13,14 @@
   perfectly even, 4.0 = everything on one of four replicas).
   ``requests`` per replica comes from the replicas' own counters;
   ``requests_by_header`` from ``x-prefixgate-replica`` when present.
+* ``predicted_ratio``: what the gateway predicted the replicas would find
+  cached (``x-prefixgate-matched-tokens``) over what they reported
+  (``cached_tokens``), summed over requests with both (prefixgate only).
+* Bursts (the ``burst`` workload): ``bursts`` is, per burst, the requests
+  each replica served between that burst's first send and the next burst's
+  (the replicas' own counters, sampled); ``burst_max_mean`` the worst
+  per-burst busiest replica over the mean. ``ejections``: breaker openings
+  of the gateway's replicas during the run (prefixgate only).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .measure import MeasuredRun
+from .workloads.burst import GROUP_PREFIX as BURST_GROUP
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -82,6 +91,10 @@ class RunSummary:
     replicas: list[ReplicaFigures]
     requests_by_header: dict[str, int] = field(default_factory=dict)
     error_kinds: dict[str, int] = field(default_factory=dict)
+    predicted_ratio: float | None = None
+    ejections: float | None = None
+    bursts: list[list[int]] = field(default_factory=list)
+    burst_max_mean: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +129,11 @@ def summarize(run: MeasuredRun) -> RunSummary:
             load_mean=sum(loads) / len(loads) if loads else None,
             load_max=max(loads) if loads else None,
         ))
+    predicted = [(r.matched_tokens, r.cached_tokens) for r in good
+                 if r.matched_tokens is not None and r.cached_tokens is not None]
+    actual = sum(c for _, c in predicted)
+    bursts = burst_shares(run)
+    worst = max((max(b) / (sum(b) / len(b)) for b in bursts if sum(b) > 0), default=None)
     hits = sum(d.prefix_hits for d in run.replicas)
     queries = sum(d.prefix_queries for d in run.replicas)
     means = [r.load_mean for r in replicas if r.load_mean is not None]
@@ -140,4 +158,34 @@ def summarize(run: MeasuredRun) -> RunSummary:
         replicas=replicas,
         requests_by_header=dict(Counter(r.replica for r in records if r.replica)),
         error_kinds=dict(Counter((r.error or "")[:80] for r in records if r.error)),
+        predicted_ratio=sum(m for m, _ in predicted) / actual if actual else None,
+        ejections=run.ejections,
+        bursts=bursts,
+        burst_max_mean=worst,
     )
+
+
+def burst_shares(run: MeasuredRun) -> list[list[int]]:
+    """Per burst (groups ``burst-K``), the requests each replica served from its first
+    send to the next burst's, by the replicas' counters as sampled (none: not a burst run)."""
+    starts: dict[int, float] = {}
+    for record in run.drive.records:
+        if record.group.startswith(BURST_GROUP):
+            index = int(record.group[len(BURST_GROUP):])
+            starts[index] = min(starts.get(index, math.inf), record.sent_at)
+    samples = [s for s in run.load if s.served]
+    if not starts or not samples:
+        return []
+
+    def served_at(at: float) -> tuple[float, ...]:
+        before = [s for s in samples if s.at <= at]
+        return (before[-1] if before else samples[0]).served
+
+    ordered = [starts[k] for k in sorted(starts)]
+    ends = [*ordered[1:], math.inf]
+    shares = []
+    for start, end in zip(ordered, ends):
+        first, last = served_at(start), served_at(end)
+        shares.append([0 if math.isnan(a) or math.isnan(b) else round(b - a)
+                       for a, b in zip(first, last)])
+    return shares

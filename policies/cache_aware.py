@@ -7,8 +7,9 @@ Algorithm, per request:
    how many are on their way there (:mod:`policies.pending`: prompts sent
    and not yet prefilled); a replica counts the larger of the two. With
    session affinity on, the session's last replica is looked up; the scorer
-   ranks the candidates (:mod:`policies.cost_scorer` by default, which also
-   weighs each replica's outstanding prefill, :mod:`policies.threshold_scorer`).
+   (:mod:`policies.cost_scorer` by default, which also weighs each replica's
+   outstanding prefill; :mod:`policies.threshold_scorer`) ranks the
+   candidates within the bounded load (``load_factor`` below).
    Each replica's published KV capacity (``ReplicaView.block_capacity``) is
    noted for the index.
 2. ``sent`` (each replica the request is sent to, failover included): the
@@ -48,6 +49,21 @@ scorer's own:
   instances, or for salted requests.
 * ``session_ttl_seconds`` (default 600.0): a session idle this long is new.
 * ``max_sessions`` (default 100_000): remembered sessions, LRU beyond.
+* ``load_factor`` (default 1.5; 0 turns the bound off) and ``load_floor``
+  (default 8): bounded loads (:mod:`policies.bounded_load`). The scorer
+  chooses among the replicas that, taking this request, stay within
+  ``load_factor`` times the fleet's mean outstanding requests (rounded up),
+  or within ``load_floor``, whichever is more; the others come last, as
+  fallbacks. The cost model spreads a burst while its prefill is the
+  bottleneck, but once one replica has confirmed a new prefix, it looks
+  cheapest to every request that arrives after (a cached prefix outweighs
+  dozens of running requests there), and a burst reaching the gateway
+  slower than that prefill (a busy gateway, a slow client) piled onto it.
+  The bound caps any burst, at any pace, near ``load_factor`` times the
+  mean. The floor keeps it from touching light traffic, where the
+  imbalance costs nothing and the cache affinity it would break costs a
+  prefill: side by side on the shared-prefix benchmark a bound without a
+  floor lost 5 to 10 points of hit rate (BENCHMARKS.md, "Bursts").
 """
 
 from __future__ import annotations
@@ -57,6 +73,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .bounded_load import load_bound
 from .cost_scorer import CostConfig, CostScorer
 from .events import KVEventConsumer
 from .index import PrefixIndex
@@ -74,12 +91,18 @@ class CacheAwareConfig:
     session_affinity: bool = False
     session_ttl_seconds: float = 600.0
     max_sessions: int = 100_000
+    load_factor: float = 1.5
+    load_floor: int = 8
 
     def __post_init__(self) -> None:
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {', '.join(SCORERS)}, not {self.scorer!r}")
         if self.session_ttl_seconds <= 0 or self.max_sessions <= 0:
             raise ValueError("session_ttl_seconds and max_sessions must be positive")
+        if self.load_factor != 0 and self.load_factor < 1.0:
+            raise ValueError("load_factor must be at least 1 (or 0: no bound)")
+        if self.load_floor < 1:
+            raise ValueError("load_floor must be at least 1")
 
 
 SCORERS: dict[str, tuple[type, Callable[[Any], Scorer]]] = {
@@ -125,7 +148,28 @@ class CacheAwarePolicy:
                 if blocks > matched.get(replica_id, 0):
                     matched[replica_id] = blocks
         candidates = Candidates.of(replicas, matched, session_replica, rotation)
-        return self.scorer.rank(request, candidates)
+        over = self._over_bound(candidates.replicas)
+        if not over:
+            return self.scorer.rank(request, candidates)
+        within = [r for r in candidates.replicas if r.id not in over]
+        decision = self.scorer.rank(request, Candidates.of(within, matched, session_replica,
+                                                           rotation))
+        reason = decision.reason
+        if reason in ("hit", "miss") and max(candidates.matched.values()) > \
+                candidates.matched[decision.replica_id]:
+            reason = "load-fallback"
+        return dataclasses.replace(decision, reason=reason,
+                                   fallbacks=(*decision.fallbacks, *sorted(over)),
+                                   matched_blocks=candidates.matched)
+
+    def _over_bound(self, replicas: Sequence[ReplicaView]) -> set[str]:
+        """The replicas that would be over the bounded load by taking one more."""
+        factor = self.config.load_factor
+        if not factor or len(replicas) < 2:
+            return set()
+        bound = max(load_bound(sum(r.load for r in replicas), len(replicas), factor),
+                    self.config.load_floor)
+        return {r.id for r in replicas if r.load + 1 > bound}
 
     def sent(self, request: RouteRequest, replica_id: str) -> None:
         self.pending.add(replica_id, request.block_hashes)

@@ -42,7 +42,6 @@ Parameters:
 from __future__ import annotations
 
 import bisect
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +49,7 @@ from typing import Any
 import xxhash
 
 from .base import LoadOnly, healthy
+from .bounded_load import load_bound
 from .options import parse_options
 from .types import Decision, ReplicaView, RouteRequest
 
@@ -67,12 +67,6 @@ class ChwblConfig:
             raise ValueError("virtual_nodes must be at least 1")
         if self.load_factor < 1.0:
             raise ValueError("load_factor must be at least 1")
-
-
-def load_bound(total_load: int, replica_count: int, load_factor: float) -> int:
-    """The most load a replica may carry after taking a request."""
-    # Rounded first so 1.25 * 4 / 4 does not become 2.0000000000000004 -> 3.
-    return math.ceil(round(load_factor * (total_load + 1) / replica_count, 9))
 
 
 class Chwbl(LoadOnly):

@@ -14,7 +14,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import agent, flattened, mooncake, multi_turn, rag, shared_prefix, shared_prefix_completions
+from . import (
+    agent,
+    burst,
+    flattened,
+    mooncake,
+    multi_turn,
+    rag,
+    shared_prefix,
+    shared_prefix_completions,
+)
 from .base import Workload
 
 
@@ -46,6 +55,8 @@ def workload_specs() -> dict[str, WorkloadSpec]:
                      "conversations sent as ONE user message that grows each turn"),
         WorkloadSpec("agent", agent.AgentParams, agent.build,
                      "tool-call loops: system + tools, scripted tool calls, ending on results"),
+        WorkloadSpec("burst", burst.BurstParams, burst.build,
+                     "N requests at once behind new shared prefixes (vllm bench serve's default)"),
     ]
     return {spec.name: spec for spec in specs}
 

@@ -17,7 +17,7 @@ from policies.hashing import block_hashes, chain_seed
 from policies.pending import PendingPrefixes
 from policies.registry import default_registry
 from policies.simulate import ManualClock, ReplayReplica, SimRequest, SimResult, simulate
-from policies.types import RouteRequest
+from policies.types import ReplicaView, RouteRequest
 
 BLOCK = 16
 SEED = chain_seed("m", None)
@@ -69,6 +69,20 @@ def test_a_burst_spreads_and_its_predictions_hold(name: str, prefixes: int, pref
 
 
 @pytest.mark.parametrize("name", ["prefix", "precise"])
+@pytest.mark.parametrize("spacing", [0.0005, 0.002, 0.01])
+def test_a_burst_arriving_slower_than_its_prefill_does_not_pile_onto_one_replica(
+        name: str, spacing: float) -> None:
+    """The first replica confirms the prefix while the burst is still arriving (a busy
+    gateway, a slow client): it is then the cheapest for everyone after."""
+    rng = random.Random(int(spacing * 1e4))
+    stream = [SimRequest(i * spacing, item.request, 256, item.token_ids)
+              for i, item in enumerate(burst(200, 1, 1024, 32, rng))]
+    result = run(name, stream)
+    assert max_over_mean(result) <= 1.6, result.requests_by_replica
+    assert 0.9 <= result.predicted_hit_ratio <= 1.1
+
+
+@pytest.mark.parametrize("name", ["prefix", "precise"])
 def test_repeated_bursts_of_the_same_prefix_find_it_cached(name: str) -> None:
     rng = random.Random(7)
     first = burst(100, 1, 1024, 32, rng)
@@ -114,3 +128,23 @@ def test_pending_prefixes_match_leading_blocks_per_replica() -> None:
     assert pending.match(long) == {} and pending.size("a") == 0
     pending.discard("a", long)                               # a second discard changes nothing
     assert pending.match(long) == {}
+
+
+def test_the_bounded_load_holds_a_crowded_replica_back_but_not_a_lightly_loaded_one() -> None:
+    clock = ManualClock()
+    policy = default_registry(clock=clock).create("prefix", {})
+    prompt = request_of(list(range(1, 1025)), "warm")
+    policy.sent(prompt, "r0")
+    policy.prefilled(prompt, "r0")
+    light = [ReplicaView(id="r0", inflight=6), ReplicaView(id="r1"), ReplicaView(id="r2")]
+    assert policy.pick(prompt, light).replica_id == "r0"            # under the floor of 8
+    crowded = [ReplicaView(id="r0", inflight=30), ReplicaView(id="r1", inflight=10),
+               ReplicaView(id="r2", inflight=10)]
+    decision = policy.pick(prompt, crowded)                         # 31 > 1.5 x 51 / 3
+    assert decision.replica_id != "r0" and decision.reason == "load-fallback"
+    assert decision.fallbacks[-1] == "r0"
+    assert decision.matched_blocks["r0"] == 64
+    unbounded = default_registry(clock=clock).create("prefix", {"load_factor": 0})
+    unbounded.sent(prompt, "r0")
+    unbounded.prefilled(prompt, "r0")
+    assert unbounded.pick(prompt, crowded).replica_id == "r0"

@@ -7,7 +7,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policies.chwbl import Chwbl, ChwblConfig, load_bound
+from policies.bounded_load import load_bound
+from policies.chwbl import Chwbl, ChwblConfig
 from policies.registry import default_registry
 from policies.types import NoReplicaAvailable, ReplicaView, RouteRequest
 

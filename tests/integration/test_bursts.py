@@ -1,0 +1,227 @@
+"""Bursts through the real gateway: every request of a run sent at once, as
+``vllm bench serve`` does by default, to simulated replicas over real sockets.
+
+What a user would notice: a burst of one new prefix piling onto one replica;
+predictions (``x-prefixgate-matched-tokens``) far below what the replicas
+served; healthy replicas taken out of rotation because a burst made them
+slower; queued requests failed while the replicas were working through them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+
+from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
+from tests.support.sim import SimProcess
+
+from .conftest import MODEL, gateway_settings, running_sims, sim_args
+
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey"]
+
+
+def text(seed: str, words: int) -> str:
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(words))
+
+
+@dataclass
+class Answer:
+    replica: str
+    matched: int
+    cached: int
+
+
+async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]],
+              max_tokens: int = 8) -> Answer:
+    raw = await client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=messages, max_tokens=max_tokens, stream=True,  # type: ignore[arg-type]
+        stream_options={"include_usage": True})
+    cached = 0
+    async for chunk in raw.parse():
+        if chunk.usage is not None and chunk.usage.prompt_tokens_details is not None:
+            cached = chunk.usage.prompt_tokens_details.cached_tokens or 0
+    return Answer(raw.headers["x-prefixgate-replica"],
+                  int(raw.headers["x-prefixgate-matched-tokens"]), cached)
+
+
+def burst_of(prefix: str, size: int, question_words: int = 24) -> list[list[dict[str, str]]]:
+    return [[{"role": "system", "content": prefix},
+             {"role": "user", "content": text(f"{prefix[:20]}-{i}", question_words)}]
+            for i in range(size)]
+
+
+async def send_at_once(url: str, bursts: list[list[dict[str, str]]],
+                       max_tokens: int = 8) -> list[Answer]:
+    client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0,
+                                timeout=120)
+    try:
+        return list(await asyncio.gather(*(ask(client, m, max_tokens) for m in bursts)))
+    finally:
+        await client.close()
+
+
+def breaker_openings(url: str) -> dict[str, float]:
+    found = re.findall(r'^prefixgate_replica_breaker_opened_total\{replica="([^"]+)"\} (\S+)$',
+                       httpx.get(url + "/metrics").text, re.MULTILINE)
+    return {replica: float(value) for replica, value in found}
+
+
+def per_replica(answers: list[Answer], replicas: int) -> list[int]:
+    counts = Counter(a.replica for a in answers)
+    return [counts.get(f"s{i}", 0) for i in range(replicas)]
+
+
+def max_over_mean(counts: list[int]) -> float:
+    return max(counts) / (sum(counts) / len(counts))
+
+
+@pytest.fixture(scope="module")
+def four_sims() -> Iterator[list[SimProcess]]:
+    sims = []
+    for i in range(4):
+        pub, replay = free_port(), free_port()
+        sim = SimProcess(sim_args(i, "--time-scale", "5", "--num-blocks", "2048",
+                                  "--kv-events-port", str(pub),
+                                  "--kv-events-replay-port", str(replay)))
+        sim.kv_ports = (pub, replay)  # type: ignore[attr-defined]
+        sims.append(sim)
+    try:
+        for sim in sims:
+            sim.start()
+        yield sims
+    finally:
+        for sim in sims:
+            sim.close()
+
+
+def gateway_for(sims: list[SimProcess], policy: str, **extra: object) -> GatewayProcess:
+    for sim in sims:
+        assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
+    settings = gateway_settings(sims, policy=policy, **extra)
+    for replica, sim in zip(settings["replicas"], sims):
+        pub, replay = sim.kv_ports  # type: ignore[attr-defined]
+        replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
+                                "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
+    return GatewayProcess(settings)
+
+
+JUDGING = {"breaker": {"slow": {"min_samples": 10}}}
+"""The slow-replica detector judges after 10 samples a replica (instead of 20)."""
+
+
+@pytest.mark.parametrize("policy", ["prefix", "precise"])
+def test_bursts_spread_predict_what_the_replicas_serve_and_eject_nobody(
+        four_sims: list[SimProcess], policy: str) -> None:
+    gw = gateway_for(four_sims, policy, **JUDGING).start()
+    try:
+        shapes = [  # (system prompt words, burst size, prefixes at once)
+            (512, 100, 1), (1500, 60, 1), (300, 80, 4)]
+        total_matched = total_cached = 0
+        for round_, (words, size, prefixes) in enumerate(shapes):
+            prompts = [text(f"{policy}-{round_}-{p}", words) for p in range(prefixes)]
+            burst = [m for p in prompts for m in burst_of(p, size // prefixes)]
+            random.Random(round_).shuffle(burst)
+            for repeat in range(2):   # a new prefix, then the same burst again
+                answers = asyncio.run(send_at_once(gw.url, burst))
+                counts = per_replica(answers, len(four_sims))
+                assert max_over_mean(counts) <= 1.6, (words, repeat, counts)
+                matched = sum(a.matched for a in answers)
+                cached = sum(a.cached for a in answers)
+                assert cached > 0.8 * len(burst) * words, (words, repeat, cached)
+                total_matched += matched
+                total_cached += cached
+        assert 0.9 <= total_matched / total_cached <= 1.1, (total_matched, total_cached)
+        assert sum(breaker_openings(gw.url).values()) == 0, gw.log()
+    finally:
+        gw.stop()
+
+
+def test_conversations_that_share_a_system_prompt_spread(four_sims: list[SimProcess]) -> None:
+    """12 users start at once behind one system prompt; each goes on with its own history."""
+    gw = gateway_for(four_sims, "prefix").start()
+    system = text("shared-system", 600)
+    histories = [[{"role": "system", "content": system}] for _ in range(12)]
+    served: Counter[str] = Counter()
+    homes: dict[int, set[str]] = {user: set() for user in range(12)}
+
+    async def conversation(client: openai.AsyncOpenAI, user: int) -> None:
+        for turn in range(3):
+            histories[user].append({"role": "user", "content": text(f"u{user}-{turn}", 60)})
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=histories[user], max_tokens=16)  # type: ignore[arg-type]
+            replica = raw.headers["x-prefixgate-replica"]
+            served[replica] += 1
+            if turn:
+                homes[user].add(replica)
+            histories[user].append({"role": "assistant",
+                                    "content": raw.parse().choices[0].message.content or ""})
+
+    async def everyone() -> None:
+        client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+        try:
+            await asyncio.gather(*(conversation(client, user) for user in range(12)))
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(everyone())
+    finally:
+        gw.stop()
+    counts = [served.get(f"s{i}", 0) for i in range(len(four_sims))]
+    assert min(counts) > 0 and max_over_mean(counts) <= 1.6, counts
+    # later turns follow their own history
+    assert sum(len(replicas) == 1 for replicas in homes.values()) >= 10, homes
+
+
+def test_a_degraded_replica_leaves_and_the_healthy_ones_stay() -> None:
+    """One replica ten times slower per token is ejected; bursts eject nobody else."""
+    normal = ["--time-scale", "1", "--num-blocks", "4096"]
+    degraded = [*normal, "--step-overhead", "0.05", "--prefill-per-token", "0.001",
+                "--decode-per-seq", "0.002"]
+    with running_sims([sim_args(0, *normal), sim_args(1, *normal), sim_args(2, *normal),
+                       sim_args(3, *degraded)]) as sims:
+        gw = GatewayProcess(gateway_settings(sims, policy="prefix", **JUDGING)).start()
+        try:
+            for round_ in range(6):
+                prompt = text(f"degraded-{round_}", 400)
+                answers = asyncio.run(send_at_once(gw.url, burst_of(prompt, 60)))
+                assert len(answers) == 60
+            openings = breaker_openings(gw.url)
+            replicas = httpx.get(gw.url + "/admin/replicas").json()["replicas"]
+            state = {r["id"]: r for r in replicas}
+        finally:
+            gw.stop()
+    assert openings.get("s3", 0) >= 1, openings
+    assert "slower than its peers" in (state["s3"]["last_error"] or "")
+    assert all(openings.get(f"s{i}", 0) == 0 for i in range(3)), openings
+
+
+def test_a_queue_longer_than_the_first_byte_timeout_is_served_not_failed() -> None:
+    """Every replica saturated: requests wait in the replicas' queues past the first-byte
+    timeout, as they would on vLLM directly, and all are answered."""
+    busy = ["--time-scale", "1", "--max-num-seqs", "2", "--decode-per-seq", "0.01",
+            "--step-overhead", "0.02"]
+    with running_sims([sim_args(0, *busy), sim_args(1, *busy)]) as sims:
+        settings = gateway_settings(sims, policy="prefix",
+                                    timeouts={"first_byte": 1.0, "idle": 5.0})
+        gw = GatewayProcess(settings).start()
+        try:
+            prompt = text("overload", 200)
+            # 2 replicas x 2 running; 30 requests of ~64 steps (~2 s) each: the last
+            # ones wait far longer than the 1 s first-byte timeout for their turn
+            answers = asyncio.run(send_at_once(gw.url, burst_of(prompt, 30), max_tokens=64))
+            openings = breaker_openings(gw.url)
+        finally:
+            gw.stop()
+    assert len(answers) == 30
+    assert sum(openings.values()) == 0, openings
