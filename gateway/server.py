@@ -21,7 +21,14 @@ httptools protocol) adds, per connection:
                       is sent, or a trickled body, gets a 408 and is closed
 
 and the parser's own 400 (a malformed request) is OpenAI-shaped JSON, as are
-the 408s, and the 503 over the connection limit. With the keep-alive timeout
+the 408s, the 503 over the connection limit, and the 400 that answers a
+WebSocket upgrade (no route of the gateway speaks WebSocket; the
+``websockets`` library uvicorn would hand it to is never loaded, and the
+upgrade is refused before any app runs: uvicorn's own answer was an empty
+403, as if the client lacked a permission). A request's ``x-request-id`` is
+made safe as the header is parsed (``gateway.request_ids``: percent-encoded
+outside visible ASCII, at most 128 bytes), so the access log, the replica
+and the echo all see the same printable value. With the keep-alive timeout
 (``server.keep_alive``, 75 s) and the connection limit (``server.max_connections``,
 4096) a slowloris holds at most that many sockets for at most a header
 deadline each.
@@ -59,6 +66,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from .config import ServerSettings, Settings
 from .drain import Drain
 from .errors import error_body
+from .request_ids import clean_request_id
 
 log = logging.getLogger("prefixgate.server")
 
@@ -74,10 +82,14 @@ _REASONS = {400: b"Bad Request", 408: b"Request Timeout",
             431: b"Request Header Fields Too Large"}
 
 
-def error_response(status: int, message: str) -> bytes:
+WEBSOCKET_REFUSED = ("this gateway serves the OpenAI API over HTTP only: no route accepts a "
+                     "WebSocket upgrade; send the request as plain HTTP")
+
+
+def error_response(status: int, message: str, code: str | None = None) -> bytes:
     """A whole HTTP/1.1 response with an OpenAI-shaped error, closing the connection."""
     body = orjson.dumps(error_body(status, message, "BadRequestError",
-                                   code="request_timeout" if status == 408 else None))
+                                   code=code or ("request_timeout" if status == 408 else None)))
     head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n" % (status, _REASONS[status], len(body)))
     return head + body
@@ -165,6 +177,8 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        if name.lower() == b"x-request-id":
+            value = clean_request_id(value.rstrip(b" \t"))
         super().on_header(name, value)
 
     def _count_head(self, size: int) -> None:
@@ -202,6 +216,17 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
 
+    # -- WebSocket upgrades: refused, whether or not a WebSocket library is installed --
+
+    def _should_upgrade_to_ws(self) -> bool:
+        return True  # so that uvicorn hands every WebSocket upgrade to the method below
+
+    def handle_websocket_upgrade(self) -> None:
+        self._refuse(400, WEBSOCKET_REFUSED, code="websocket_not_supported")
+
+    def _unsupported_upgrade_warning(self) -> None:
+        """Another upgrade (``h2c``) is served as plain HTTP: not a warning per request."""
+
     def send_400_response(self, msg: str) -> None:
         if self._headers_too_large:
             self._refuse(431, _TOO_LARGE)
@@ -224,13 +249,13 @@ class GuardedHttpTools(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
-    def _refuse(self, status: int, message: str) -> None:
+    def _refuse(self, status: int, message: str, code: str | None = None) -> None:
         """Answer ``status`` (unless an answer has started) and close the connection."""
         self._disarm()
         if self.transport.is_closing():
             return
         if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
-            self.transport.write(error_response(status, message))
+            self.transport.write(error_response(status, message, code))
         if self.cycle is not None and not self.cycle.response_complete:
             # The app reading the body hears a disconnect; its answer, if any, is dropped.
             self.cycle.disconnected = True
@@ -278,7 +303,7 @@ def server_config(app: Any, settings: Settings, probe_port: int | None = None) -
     limits = settings.server
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-        loop="auto", http=protocol_class(limits, probe_port),
+        loop="auto", http=protocol_class(limits, probe_port), ws="none",
         timeout_keep_alive=limits.keep_alive, limit_concurrency=limits.max_connections,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
 

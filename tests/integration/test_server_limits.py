@@ -10,15 +10,18 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import orjson
 import pytest
 
+from gateway.request_ids import MAX_REQUEST_ID
 from gateway.server import MAX_HEADER_BYTES
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
-from .conftest import gateway_settings, running_sims, sim_args
+from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
 GUARD = 30.0
 """Seconds a socket read may block: a hang guard, far above any deadline here."""
@@ -27,7 +30,7 @@ GUARD = 30.0
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[GatewayProcess]:
     with running_sims([sim_args(0)]) as sims:
-        gw = GatewayProcess(gateway_settings(sims))
+        gw = GatewayProcess(gateway_settings(sims, access_log=True))
         try:
             yield gw.start()
         finally:
@@ -163,3 +166,49 @@ def test_the_probe_port_serves_nothing_but_the_probes(probed_gateway) -> None:
     _, probe_port = probed_gateway
     status, error = get(probe_port, "/v1/models")
     assert status == 404 and "/health" in error["message"]
+
+
+# --- what a request brings besides its body ------------------------------------------
+
+
+def exchange(gw: GatewayProcess, request: bytes) -> tuple[bytes, bytes]:
+    """The head and body the gateway answered ``request`` with, over a raw socket."""
+    sock = connect(gw)
+    sock.sendall(request)
+    head, _, body = answer_of(sock).partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_a_websocket_upgrade_gets_an_openai_shaped_400(gateway) -> None:
+    head, body = exchange(gateway, b"GET /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                                   b"Connection: Upgrade\r\nUpgrade: websocket\r\n"
+                                   b"Sec-WebSocket-Version: 13\r\n"
+                                   b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400")
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "websocket_not_supported" and "WebSocket" in error["message"]
+    assert error["type"] and "param" in error
+
+
+HOSTILE_ID = ("line\u2028sep\u2029para\u0085next\u009b[2J" + "x" * 10_000).encode()
+
+
+def test_a_hostile_request_id_is_logged_forwarded_and_echoed_escaped_and_capped(
+        gateway) -> None:
+    body = orjson.dumps({"model": MODEL, "max_tokens": 2,
+                         "messages": [{"role": "user", "content": "hi"}]})
+    head, _ = exchange(gateway, b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\n"
+                                b"Connection: close\r\nContent-Type: application/json\r\n"
+                                b"X-Request-Id: " + HOSTILE_ID + b"\r\n"
+                                b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert head.startswith(b"HTTP/1.1 200")
+    echoed = next(line.split(b":", 1)[1].strip() for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"x-request-id:"))
+    assert echoed.startswith(b"line%E2%80%A8sep%E2%80%A9para%C2%85next%C2%9B[2Jxxx")
+    assert len(echoed) <= MAX_REQUEST_ID and all(0x21 <= b <= 0x7E for b in echoed)
+    wait_until(lambda: echoed.decode() in gateway.log(), GUARD, "the access log line")
+    line = next(line for line in gateway.log().splitlines() if echoed.decode() in line)
+    assert orjson.loads(line[line.index("{"):])["request_id"] == echoed.decode()
+    log = Path(gateway.log_path).read_bytes()
+    for raw in ("\u2028", "\u2029", "\u0085", "\u009b"):
+        assert raw.encode() not in log
