@@ -53,6 +53,7 @@ from .ops_view import OpsView
 from .proxy import Proxy
 from .recorder import Recorder, ResponseCounter
 from .replica_sources import TransportFactory, build_discovery, follow_events, make_backend
+from .replica_watch import ReplicaWatch
 from .routing import Router
 from .state import GatewayState
 from .streaming import RAW_SEND
@@ -208,7 +209,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         app.include_router(build_lint_router(state, lint))
         app.state.gateway = state
         app.state.ops_view = ops_view
-        log.info("prefixgate ready: %d replica(s), policy %s", len(pool), policy.name)
+        # "ready", or "waiting for replicas" (and which cannot be reached)
+        ReplicaWatch(pool, policy.name, f"http://{settings.host}:{settings.port}/v1").report()
         # What start-up loaded (modules, tokenizers, templates: ~120k objects)
         # leaves the cyclic collector's sight: a full collection walking it took
         # 100-145 ms. A full collection also walks every object of every open

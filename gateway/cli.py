@@ -29,8 +29,10 @@ from .embedded import EmbeddedUnavailable, embedded_replicas
 from .kv_plan_cli import main as plan_main
 from .kv_quality_cli import main as kv_quality_main
 from .lint_cli import main as lint_main
+from .listen import ListenError, bind_listener
 from .profiles_cli import main as profiles_main
 from .server import serve_app
+from .tokenizer_source import configured_folder_problem
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -108,6 +110,24 @@ def _with_embedded(settings: Settings, args: argparse.Namespace,
     })
 
 
+def _configuration_problem(settings: Settings) -> str | None:
+    """What stops start-up before anything starts: a configured tokenizer folder
+    that is not one, a port that cannot be listened on (checked before the
+    embedded replicas spend a minute starting)."""
+    for folder in filter(None, [settings.tokenizer, *(m.tokenizer for m in settings.models)]):
+        problem = configured_folder_problem(folder)
+        if problem:
+            return f"{problem} (--tokenizer / models[].tokenizer)"
+    for port in (settings.port, settings.health_port):
+        if port is None:
+            continue
+        try:
+            bind_listener(settings.host, port).close()
+        except ListenError as exc:
+            return str(exc)
+    return None
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
@@ -118,6 +138,10 @@ def serve(argv: Sequence[str]) -> int:
         settings = load_settings(args.config, _overrides(args))
     except ConfigError as exc:
         print(f"prefixgate: {exc}", file=sys.stderr)
+        return 2
+    problem = _configuration_problem(settings)
+    if problem:
+        print(f"prefixgate: {problem}", file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -139,8 +163,6 @@ def serve(argv: Sequence[str]) -> int:
         except ValueError as exc:
             print(f"prefixgate: {exc}", file=sys.stderr)
             return 2
-        print(f"prefixgate: serving on http://{settings.host}:{settings.port}/v1 "
-              f"({len(settings.replicas)} replica(s), policy {settings.policy_name()})", flush=True)
         # A SIGTERM before the server runs exits through the ExitStack (which
         # stops the embedded replicas); once it runs, the server drains on it
         # and returns (gateway.server).

@@ -47,16 +47,27 @@ HOME = "response-home"
 """The decision's reason for a request sent where its stored response lives."""
 
 
-def resolve_model(pool: ReplicaPool, requested: str | None) -> str:
-    """The model a request is for: the one it names, or the only one served."""
+def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1) -> str:
+    """The model a request is for: the one it names, or the only one served.
+
+    A model no replica has reported is a 404, unless some replica has not
+    answered yet (its models are unknown): then it is a 503 with
+    ``retry-after``, since that replica may well serve it."""
     known = pool.known_models()
+    if requested is not None and requested in known:
+        return requested
+    if requested is None and len(known) == 1:
+        return known[0]
+    silent = [replica for replica in pool if not replica.models]
+    if silent and (requested is not None or not known):
+        names = ", ".join(f"{r.id} ({r.spec.url})" for r in silent[:5])
+        raise NoHealthyReplica(
+            f"no reachable replica serves model `{requested or '(default)'}`: "
+            f"{len(silent)} replica(s) have not answered yet: {names}; retry shortly",
+            headers={"retry-after": str(retry_after)})
     if requested is None:
-        if len(known) == 1:
-            return known[0]
         raise InvalidRequest("model: field required", param="model")
-    if requested not in known:
-        raise ModelNotFound(f"The model `{requested}` does not exist.", param="model")
-    return requested
+    raise ModelNotFound(f"The model `{requested}` does not exist.", param="model")
 
 
 class Dispatcher:
@@ -78,7 +89,8 @@ class Dispatcher:
             exchange.set_model(exchange.fields.model or self._any_model())
             exchange.decision = self._by_load(exchange)
         else:
-            exchange.set_model(resolve_model(self.pool, exchange.fields.model))
+            exchange.set_model(resolve_model(self.pool, exchange.fields.model,
+                                             self.state.settings.retry_after_seconds))
             if exchange.route.routing == "prefix" and exchange.prompt is not None:
                 await self._by_prefix(exchange)
             else:

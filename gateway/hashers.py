@@ -24,7 +24,7 @@ from engine.tokenizer import ByteRenderer, Renderer, load_renderer
 
 from .config import LimitSettings, ModelSettings
 from .render import PromptHasher
-from .tokenizer_source import TokenizerChoice, find_tokenizer
+from .tokenizer_source import TokenizerChoice, configured_folder_problem, find_tokenizer
 
 log = logging.getLogger("prefixgate.hashers")
 
@@ -33,7 +33,9 @@ RootOf = Callable[[str], "str | None"]
 
 
 class TokenizerConfigError(ValueError):
-    """``--tokenizer`` without ``--model`` while the replicas serve several models."""
+    """A configured tokenizer that cannot be used: a folder that is missing, holds no
+    tokenizer or does not load, or ``--tokenizer`` without ``--model`` while the
+    replicas serve several models."""
 
 
 class HasherSet:
@@ -47,12 +49,24 @@ class HasherSet:
         self._choices: dict[str, TokenizerChoice] = {}
         self._bytes = PromptHasher(ByteRenderer(), self.limits)
         self._pending: dict[str, asyncio.Task[None]] = {}
+        for folder in filter(None, [default_tokenizer, *(m.tokenizer for m in models)]):
+            problem = configured_folder_problem(folder)
+            if problem:
+                raise TokenizerConfigError(f"{problem} (--tokenizer / models[].tokenizer)")
         for model in models:
             if model.name in self._choices:
                 continue
             if model.tokenizer:
                 self._adopt(model.name, find_tokenizer(model.name, model.tokenizer, None),
-                            PromptHasher(loader(model.tokenizer), self.limits))
+                            PromptHasher(self._load(model.tokenizer), self.limits))
+
+    def _load(self, folder: str) -> Renderer:
+        try:
+            return self._loader(folder)
+        except (OSError, ValueError) as exc:
+            raise TokenizerConfigError(
+                f"tokenizer folder {folder} does not load ({type(exc).__name__}: {exc})"
+            ) from exc
 
     # -- lookup --------------------------------------------------------------------
 

@@ -51,6 +51,21 @@ def has_tokenizer_files(folder: str) -> bool:
         os.path.isfile(os.path.join(folder, name)) for name in TOKENIZER_FILES)
 
 
+def configured_folder_problem(folder: str) -> str | None:
+    """Why a configured tokenizer folder cannot be used, or None if it can.
+
+    A folder someone configured that is missing is a mistake to stop on, not
+    a reason to route on bytes (which only a warning would say)."""
+    if not os.path.exists(folder):
+        return f"tokenizer folder {folder} does not exist"
+    if not os.path.isdir(folder):
+        return f"tokenizer {folder} is not a folder"
+    if not has_tokenizer_files(folder):
+        return (f"tokenizer folder {folder} is not a tokenizer: it has none of "
+                f"{', '.join(TOKENIZER_FILES)}")
+    return None
+
+
 def hf_cache_folder(name: str) -> str | None:
     """The local Hugging Face cache's snapshot of repository ``name``, if it holds one."""
     if not name or os.path.isabs(name) or name.count("/") > 1:

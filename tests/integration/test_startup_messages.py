@@ -1,0 +1,82 @@
+"""What ``prefixgate serve`` says when something is wrong at start-up: it says it.
+
+A replica that cannot be reached is named (once), start-up says it is
+waiting, requests get 503 with Retry-After (not "model does not exist"),
+and the recovery is logged; a taken port and a configured tokenizer folder
+that is not one stop start-up with one clear line and a non-zero exit,
+before anything says "serving on" or "ready".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.integration.conftest import MODEL, sim_args
+from tests.support.gateway import GatewayProcess
+from tests.support.ports import free_port
+from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
+
+
+def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "serve", *args],
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def test_an_unreachable_replica_is_named_waited_for_and_answered_503() -> None:
+    port = free_port()
+    gateway = GatewayProcess({"replicas": [{"id": "r0", "url": f"http://127.0.0.1:{port}"}],
+                              "health_interval": 0.2})
+    sim = SimProcess(sim_args(0), port=port)
+    try:
+        gateway.start(wait_ready=False)
+        wait_until(lambda: "waiting for replicas" in gateway.log(), 30, "the waiting line")
+        log = gateway.log()
+        assert f"replica r0 at http://127.0.0.1:{port} cannot be reached" in log
+        assert not re.search(r"\bready\b", log.replace("/ready", ""))
+        chat = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        assert chat.status_code == 503, chat.text  # not 404 "does not exist"
+        assert chat.headers["retry-after"]
+        assert "not answered yet" in chat.json()["error"]["message"]
+        sim.start()
+        wait_until(lambda: "replica r0 is healthy" in gateway.log(), 30, "the recovery line")
+        wait_until(lambda: ", ready:" in gateway.log(), 10, "the ready line")
+        answered = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, json={
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        assert answered.status_code == 200
+        assert gateway.log().count("cannot be reached") == 1  # said once, not per probe
+    finally:
+        gateway.stop()
+        sim.close()
+
+
+def test_a_taken_port_is_one_clear_error_and_no_ready() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve("--port", str(port), "--replica", f"http://127.0.0.1:{free_port()}",
+                       "--model", MODEL)
+    out = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}" in out and "already in use" in out.lower()
+    assert "serving on" not in out and not re.search(r"\bready\b", out)
+
+
+def test_a_configured_tokenizer_that_is_not_one_stops_start_up(tmp_path: Path) -> None:
+    replica = f"http://127.0.0.1:{free_port()}"
+    missing = serve("--replica", replica, "--model", MODEL, "--tokenizer", "/nonexistent/tok")
+    assert missing.returncode == 2
+    assert "tokenizer folder /nonexistent/tok does not exist" in missing.stderr
+    empty = serve("--replica", replica, "--tokenizer", str(tmp_path))
+    assert empty.returncode == 2
+    assert f"tokenizer folder {tmp_path} is not a tokenizer" in empty.stderr
