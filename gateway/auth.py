@@ -15,7 +15,8 @@ How a request is admitted (:class:`AuthMiddleware`, one ASGI middleware):
 
 1. The key comes from ``Authorization: Bearer KEY``, ``x-api-key: KEY`` or
    ``Authorization: Basic`` (any user name, the key as password: what a
-   browser sends once it has asked, for the dashboard). Only the key's
+   browser sends once it has asked, for the dashboard); spaces and tabs
+   around it are taken off alike in each form, nothing else. Only the key's
    sha256 is kept in memory; the presented key's digest is looked up and
    compared with ``hmac.compare_digest``. The lookup's timing can only
    depend on the digest of what the caller sent, which says nothing of a
@@ -504,17 +505,24 @@ class KeyStore:
         return Grant(principal, usage, self)
 
 
+HTTP_WHITESPACE = " \t"
+"""What surrounds a key in any header and is not part of it (RFC 9110's OWS). Nothing
+else is stripped, in any form: U+0085 or U+00A0 after a key make another string."""
+
+
 def presented_key(headers: Headers) -> str | None:
-    """The client key of a request, from any of the headers it may come in."""
-    authorization = headers.get("authorization", "")
+    """The client key of a request, from any of the headers it may come in, with
+    ``HTTP_WHITESPACE`` around it taken off the same way in each."""
+    authorization = headers.get("authorization", "").strip(HTTP_WHITESPACE)
     scheme, _, credentials = authorization.partition(" ")
-    if scheme.lower() == "bearer" and credentials.strip():
-        return credentials.strip()
-    if scheme.lower() == "basic" and credentials.strip():
+    credentials = credentials.strip(HTTP_WHITESPACE)
+    if scheme.lower() == "bearer" and credentials:
+        return credentials
+    if scheme.lower() == "basic" and credentials:
         with contextlib.suppress(binascii.Error, UnicodeDecodeError):
-            decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+            decoded = base64.b64decode(credentials, validate=True).decode("utf-8")
             return decoded.partition(":")[2] or None
-    return headers.get("x-api-key") or None
+    return headers.get("x-api-key", "").strip(HTTP_WHITESPACE) or None
 
 
 def scope_of(path: str, metrics_auth: Access) -> Access:

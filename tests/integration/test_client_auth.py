@@ -5,6 +5,7 @@ key file edited while the gateway runs."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +74,29 @@ def test_missing_and_wrong_keys_are_refused(gateway: GatewayProcess, key: str | 
     assert refused.value.status_code == 401
     assert refused.value.body["type"] == "AuthenticationError"  # type: ignore[index]
     assert refused.value.code == ("missing_api_key" if key is None else "invalid_api_key")
+
+
+def status_with_header(gateway: GatewayProcess, header: bytes) -> int:
+    """``GET /v1/models`` with ``header`` sent byte for byte (a raw socket: clients
+    refuse to send some of these bytes)."""
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=30) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n"
+                     + header + b"\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+@pytest.mark.parametrize("around", [b" ", b"\t", b"\x85", b"\xa0", b"\xc2\xa0"])
+def test_every_key_header_treats_what_surrounds_the_key_alike(gateway: GatewayProcess,
+                                                              around: bytes) -> None:
+    key = KEYS[0]["key"].encode()
+    forms = {name: status_with_header(gateway, header + key + around)
+             for name, header in (("bearer", b"Authorization: Bearer "),
+                                  ("x-api-key", b"x-api-key: "))}
+    # spaces and tabs are HTTP's own whitespace; the other bytes make another key
+    assert forms == dict.fromkeys(forms, 200 if around in (b" ", b"\t") else 401)
 
 
 def test_health_and_ready_stay_open(gateway: GatewayProcess) -> None:
