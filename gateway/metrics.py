@@ -174,6 +174,11 @@ class PoolCollector(Collector):
         queries = CounterMetricFamily("prefixgate_replica_prefix_cache_queries_tokens",
                                       "vllm:prefix_cache_queries_total of the replica.",
                                       labels=["replica"])
+        generated = CounterMetricFamily(
+            "prefixgate_replica_generation_tokens",
+            "vllm:generation_tokens_total of the replica: every output token it produced, "
+            "streamed or not (prefixgate_completion_tokens counts only those in usage).",
+            labels=["replica"])
         info = InfoMetricFamily("prefixgate_replica",
                                 "Configured replica: the model it serves and its kind.",
                                 labels=["replica", "model", "kind"])
@@ -210,7 +215,8 @@ class PoolCollector(Collector):
             kv.add_metric(labels, replica.metrics.kv_usage)
             hits.add_metric(labels, replica.metrics.prefix_hits)
             queries.add_metric(labels, replica.metrics.prefix_queries)
-        yield from (healthy, inflight, running, waiting, kv, hits, queries)
+            generated.add_metric(labels, replica.metrics.generation_tokens)
+        yield from (healthy, inflight, running, waiting, kv, hits, queries, generated)
 
 
 def _add_histogram(family: HistogramMetricFamily, replica_id: str,

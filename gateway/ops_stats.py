@@ -9,8 +9,9 @@ for Grafana.
 * ``read_registry(registry)`` turns one collection of the registry into a
   :class:`ReplicaReading` per replica: the load gauges as they are now, and
   cumulative :class:`Totals` — requests and errors, prompt tokens routed and
-  those the policy expected cached (the *predicted* hits), output tokens, the
-  replica's own prefix-cache counters (the *actual* hits), and the
+  those the policy expected cached (the *predicted* hits), output tokens in
+  ``usage``, the replica's own prefix-cache counters (the *actual* hits) and
+  generated tokens (``vllm:generation_tokens``), and the
   histograms of the gateway's TTFT and TPOT (streams) and of the engine's own
   TTFT and inter-token latency (every request, streamed or not).
 * ``sample(readings)`` — every ``interval`` seconds (:mod:`gateway.ops_sampler`)
@@ -24,6 +25,16 @@ traffic it served before is left out). A series that falls (the replica
 restarted) is taken as a reset: the new value is all increase, as in
 ``rate``. Quantiles interpolate inside histogram buckets, as
 ``histogram_quantile`` does.
+
+Output tokens/s counts the replica's own ``vllm:generation_tokens``: every
+token it produced, streamed or not. The gateway's ``prefixgate_completion_tokens``
+comes from ``usage``, which a stream has only when the client asked for
+``stream_options.include_usage`` — not the default of the ``openai`` client
+or LangChain — so on it alone the chart read 0 for most streaming apps. Counting
+the chunks of every relayed stream would parse what the gateway passes through
+untouched, and asking the replica for usage the client did not want would
+change the stream the client gets; the replica already counts. (Replicas
+that publish no such counter fall back to the gateway's ``usage`` counts.)
 
 Hit rate = hit tokens / looked-up tokens: predicted = predicted cached /
 prompt tokens routed; actual = the replica's hits / queries; ``None`` when
@@ -56,6 +67,7 @@ _COUNTERS = {
     "prefixgate_completion_tokens_total": "completion_tokens",
     "prefixgate_replica_prefix_cache_hits_tokens_total": "cache_hits",
     "prefixgate_replica_prefix_cache_queries_tokens_total": "cache_queries",
+    "prefixgate_replica_generation_tokens_total": "generation_tokens",
 }
 _HISTOGRAMS = {
     "prefixgate_time_to_first_token_seconds_bucket": "ttft",
@@ -94,6 +106,13 @@ class Totals:
     completion_tokens = _counter("completion_tokens", int)
     cache_queries = _counter("cache_queries", float)
     cache_hits = _counter("cache_hits", float)
+    generation_tokens = _counter("generation_tokens", float)
+
+    @property
+    def output_tokens(self) -> float:
+        """Output tokens: the replica's own count when it publishes one, else the
+        gateway's (from ``usage``, which a stream carries only with ``include_usage``)."""
+        return self.generation_tokens if self.generation_tokens > 0 else self.completion_tokens
 
     @property
     def predicted_hit_rate(self) -> float | None:
@@ -212,7 +231,7 @@ class ReplicaStats:
 
     @property
     def output_tokens_per_s(self) -> float | None:
-        return self.window.completion_tokens / self.window_s if self.window_s > 0 else None
+        return self.window.output_tokens / self.window_s if self.window_s > 0 else None
 
 
 @dataclass(slots=True)
@@ -256,7 +275,7 @@ class OpsStats:
             if previous is not None and now > previous[0]:
                 step = track.totals.minus(previous[1])
                 req_rate = step.requests / (now - previous[0])
-                tok_rate = step.completion_tokens / (now - previous[0])
+                tok_rate = step.output_tokens / (now - previous[0])
             track.history.append(HistoryPoint(
                 at=now, healthy=reading.healthy,
                 predicted_hit_rate=window.predicted_hit_rate,

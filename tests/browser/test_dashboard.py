@@ -141,6 +141,44 @@ def wait_next_poll(browser: Chromium) -> None:
     browser.wait_for(f"Number(document.body.dataset.polls || 0) >= {after}", timeout=15)
 
 
+CHARTS = ("hit", "load", "kv", "ttft", "tokens")
+
+LINES_JS = """
+(() => {
+  const out = {};
+  for (const svg of document.querySelectorAll('svg[data-chart]')) {
+    const lines = [...svg.querySelectorAll('polyline')].map(line => {
+      const box = line.getBBox();
+      return {stroke: line.getAttribute('stroke'), width: box.width, top: box.y,
+              colour: CSS.supports('color', line.getAttribute('stroke'))};
+    });
+    (out[svg.dataset.replica] ||= {})[svg.dataset.chart] = lines;
+  }
+  return out;
+})()
+"""
+
+
+def drawn_lines(browser: Chromium) -> dict[str, dict[str, list[dict]]]:
+    value = browser.evaluate(LINES_JS)
+    assert isinstance(value, dict)
+    return value
+
+
+def every_chart_draws(lines: dict[str, dict[str, list[dict]]], replicas: list[str]) -> bool:
+    """Each chart of each replica has a coloured line across time, and output tokens/s
+    rose above zero (the plot's floor is at y = 94)."""
+    for replica in replicas:
+        for chart in CHARTS:
+            drawn = [line for line in lines.get(replica, {}).get(chart, [])
+                     if line["colour"] and line["width"] > 0]
+            if not drawn:
+                return False
+        if min(line["top"] for line in lines[replica]["tokens"]) >= 93:
+            return False
+    return True
+
+
 def admin(gateway: GatewayProcess) -> dict:
     return httpx.get(gateway.url + "/admin/replicas").json()
 
@@ -161,6 +199,15 @@ def test_dashboard_shows_what_admin_replicas_says(
         assert sum(r["requests_total"] for r in second.values()) > \
             sum(r["requests_total"] for r in first.values()), "the page is not live"
 
+        # Every chart draws a visible line: output tokens/s too, although these
+        # streams do not ask for usage (the replica's own count is shown).
+        deadline = time.monotonic() + 30
+        while not every_chart_draws(lines := drawn_lines(browser), ["s0", "s1", "s2"]):
+            assert time.monotonic() < deadline, f"charts without a visible line: {lines}"
+            wait_next_poll(browser)
+        assert browser.evaluate(
+            "document.querySelectorAll('[data-legend=down]').length") == 3 * len(CHARTS)
+
         # What is shown is exactly the /admin/replicas answer the page last received.
         generated_at = browser.evaluate("document.body.dataset.generatedAt")
         body = browser.response_body(
@@ -175,6 +222,8 @@ def test_dashboard_shows_what_admin_replicas_says(
         sims[2].stop()
         browser.wait_for("document.querySelector('#replica-s2')?.dataset.healthy === 'false'",
                          timeout=20)
+        browser.wait_for("document.querySelectorAll("
+                         "'svg[data-replica=s2] rect[data-band=down]').length > 0", timeout=20)
     finally:
         traffic.finish()
 

@@ -193,3 +193,20 @@ def test_bucket_quantile_matches_histogram_quantile() -> None:
     assert bucket_quantile(buckets, 0.99) == 2.0  # in +Inf: the highest finite bound
     assert bucket_quantile((), 0.5) is None
     assert Totals().quantile("ttft", 0.5) is None
+
+
+def test_output_tokens_count_what_the_replica_generated_when_usage_is_missing() -> None:
+    # A stream without stream_options.include_usage carries no usage: the gateway's
+    # own counter stays 0, the replica's vllm:generation_tokens does not.
+    clock, series = Clock(), Series()
+    generated = Gauge("prefixgate_replica_generation_tokens_total", "", ["replica"],
+                      registry=series.registry)
+    stats = OpsStats(clock=clock, window=60)
+    stats.sample(series.read())
+    clock.now += 10
+    series.served(output=0)
+    generated.labels("a").set(250)
+    stats.sample(series.read())
+    result = only(stats, series)
+    assert result.output_tokens_per_s == pytest.approx(25)
+    assert result.history[-1].output_tokens_per_s == pytest.approx(25)
