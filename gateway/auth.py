@@ -291,8 +291,15 @@ REASONS = ("missing_key", "invalid_key", "not_admin", "max_concurrency",
            "requests_per_minute", "tokens_per_minute")
 
 
+SHARED_CACHES = ("Without client keys every client shares the replicas' prefix caches: one "
+                 "can time its own requests to learn whether another client sent a prompt "
+                 "(a timing side channel). Keys give each tenant a cache of its own "
+                 "(--api-keys FILE; README, Security)")
+
+
 def exposure_warning(host: str, api_keys: str | None) -> str | None:
-    """The start-up warning for a gateway reachable from other hosts without keys."""
+    """The start-up warning of a gateway without keys: its clients share the prefix
+    caches (always), and anyone can use it (when it listens beyond loopback)."""
     if api_keys:
         return None
     try:
@@ -300,10 +307,10 @@ def exposure_warning(host: str, api_keys: str | None) -> str | None:
     except ValueError:
         loopback = False
     if loopback:
-        return None
+        return SHARED_CACHES
     return (f"!!! prefixgate listens on {host}, beyond this machine, WITHOUT client "
             "authentication: anyone who can reach it can use the replicas, read /admin/* "
-            "and /dashboard, and see /metrics. Give --api-keys FILE (README, Security) !!!")
+            f"and /dashboard, and see /metrics. {SHARED_CACHES} !!!")
 
 
 def load_store(path: str | None, secret: str | None, retry_after: int) -> KeyStore | None:

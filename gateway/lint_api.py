@@ -13,7 +13,9 @@ so it runs in a worker thread.
 ``/admin/drift`` shows positions, lengths and hashes; the changed text only
 with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts: by
 default one admitted with an ``admin`` key (``gateway.auth``; without
-``api_keys`` nobody is, so no text is shown).
+``api_keys`` nobody is, so no text is shown). The tool names in each group's
+shape are prompt content too, and every tenant's: other callers see how many
+tools a group has and a keyed hash of their names, not the names.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ by field (``variance``):
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,10 +35,22 @@ from .variance import Atomizer, Variance
 EXAMPLES = 5
 
 
+TOOLS_MARK = "; tools: "
+
+
 def shape_of(body: Mapping[str, Any]) -> str:
     messages = body.get("messages") or []
     names = sorted(n for n in tool_names(body.get("tools")) if n)
-    return f"{leading_system(messages)} system; tools: {','.join(names) or '-'}"
+    return f"{leading_system(messages)} system{TOOLS_MARK}{','.join(names) or '-'}"
+
+
+def redacted_shape(shape: str, digest: Callable[[str], str]) -> str:
+    """``shape_of``'s text with the tool names replaced by their count and ``digest``
+    of them: what a caller who may not read prompts sees of a group."""
+    head, mark, names = shape.partition(TOOLS_MARK)
+    if not mark or names == "-":
+        return shape
+    return f"{head}{mark}{len(names.split(','))} (names hidden, {digest(names)})"
 
 
 def invisible_fold(text: str) -> str:

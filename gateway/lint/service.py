@@ -50,7 +50,7 @@ from policies.lru import LRU
 from ..config import ModelSettings
 from ..hashers import HasherSet
 from ..metrics import GatewayMetrics
-from .batch import BatchLinter, shape_of
+from .batch import BatchLinter, redacted_shape, shape_of
 from .detect import Detector
 from .drift import Drift, DriftSettings
 from .groups import Group, GroupTable, Prefix
@@ -317,7 +317,8 @@ class LintService:
 
     def drift_report(self, include_text: bool = False) -> dict[str, Any]:
         """``GET /admin/drift``: events and what each group learned; text only when
-        ``include_text`` and ``text_samples`` both allow it."""
+        ``include_text`` (a caller who may read prompts) and ``text_samples`` both allow
+        it, the groups' tool names only with ``include_text``."""
         return {"text_samples": self.limits.text_samples and include_text,
                 "events": [e.to_json(include_text) for e in self.drift_events(100)],
                 "groups": self.group_summaries(20, include_text)}
@@ -330,7 +331,9 @@ class LintService:
                 continue
             try:
                 varying = [self._varying(slot, show) for slot in group.varying()]
-                out.append({"group": group.id, "model": group.model, "shape": group.shape,
+                shape = group.shape if include_text else redacted_shape(
+                    group.shape, lambda names: self.sample(names).hash)
+                out.append({"group": group.id, "model": group.model, "shape": shape,
                             "requests": group.seen, "varying": varying})
             finally:
                 group.lock.release()

@@ -114,6 +114,18 @@ def test_admin_routes_refuse_other_keys(gateway: GatewayProcess) -> None:
         assert admin.status_code == 200
 
 
+def test_an_admin_key_sees_the_drift_groups_tool_names(gateway: GatewayProcess) -> None:
+    tools = [{"type": "function", "function": {"name": "lookup_vault_hours", "parameters": {
+        "type": "object", "properties": {}}}}]
+    chat(gateway, "sk-gamma-001", tools=tools, max_tokens=2)
+
+    def drift() -> str:
+        return httpx.get(gateway.url + "/admin/drift", timeout=10,
+                         headers={"x-api-key": "sk-admin-001"}).text
+
+    wait_until(lambda: "lookup_vault_hours" in drift(), what="the group, names shown to admins")
+
+
 def test_requests_per_minute(gateway: GatewayProcess) -> None:
     chat(gateway, "sk-rpm-00001")
     with pytest.raises(openai.RateLimitError) as limited:

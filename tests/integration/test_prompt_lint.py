@@ -98,3 +98,25 @@ def test_drift_after_the_template_changes(lint_gateway: GatewayProcess) -> None:
     assert POLICY[:40] not in str(drift)  # no prompt text in the admin report ...
     lines = [x for x in lint_gateway.log().splitlines() if "prefix drift" in x]
     assert lines and not any(POLICY[:20] in x for x in lines)  # ... nor in the log
+
+
+TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} for the guest",
+                                           "parameters": {"type": "object", "properties": {}}}}
+         for name in ("transfer_funds_to_offshore_account", "read_guest_passport")]
+
+
+def test_drift_groups_show_no_tool_names_to_a_caller_who_may_not_read_prompts(
+        lint_gateway: GatewayProcess) -> None:
+    api = client(lint_gateway, "app-three")
+    for i in range(3):
+        api.chat.completions.create(model=MODEL, max_tokens=4, tools=TOOLS, messages=[
+            {"role": "system", "content": POLICY}, {"role": "user", "content": f"q {i}"}])
+
+    def shapes() -> list[str]:
+        groups = httpx.get(lint_gateway.url + "/admin/drift", timeout=10).json()["groups"]
+        return [g["shape"] for g in groups if "tools: -" not in g["shape"]]
+
+    wait_until(lambda: bool(shapes()), what="the tool group learned")
+    assert shapes()[0].startswith("1 system; tools: 2 (names hidden, ")
+    drift = httpx.get(lint_gateway.url + "/admin/drift", timeout=10).text
+    assert "transfer_funds" not in drift and "passport" not in drift

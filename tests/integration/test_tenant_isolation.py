@@ -121,3 +121,13 @@ def test_a_tenant_cannot_tell_a_right_guess_of_another_tenants_prefix(
 
     # The channel is open to a tenant's own state: A sees its own earlier request.
     assert matched(ask(gateway, "a", secret)) > 0
+
+
+def test_without_keys_the_start_up_log_says_clients_share_the_prefix_caches() -> None:
+    with running_sims([sim_args(0)]) as sims:
+        gw = GatewayProcess(gateway_settings(sims))  # loopback, no api_keys
+        try:
+            log = gw.start().log()
+        finally:
+            gw.stop()
+    assert "shares the replicas' prefix caches" in log and "timing side channel" in log

@@ -141,7 +141,9 @@ def test_salts_are_per_tenant_and_a_client_salt_cannot_reach_another_tenant() ->
     ("127.0.0.1", False), ("localhost", False), ("::1", False),
     ("0.0.0.0", True), ("10.0.0.5", True), ("gateway.internal", True)])
 def test_a_gateway_open_beyond_loopback_without_keys_warns(host: str, warns: bool) -> None:
-    assert (exposure_warning(host, None) is not None) == warns
+    warning = exposure_warning(host, None)
+    assert warning is not None and ("beyond this machine" in warning) == warns
+    assert "prefix caches" in warning and "timing side channel" in warning  # keys or not
     assert exposure_warning(host, "keys.yaml") is None
 
 
