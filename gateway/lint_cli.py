@@ -3,16 +3,20 @@
 Each FILE (``-`` for stdin) holds one chat request, a list of requests,
 ``{"requests": [...]}``, or a log with one request per line (or a
 ``{"body": ...}`` / ``{"request": ...}`` record per line), as JSON, JSONL
-or YAML (``.yaml`` / ``.yml``). The requests of one file are also compared
+or YAML (``.yaml`` / ``.yml``); a folder stands for the prompt files under
+it (``gateway.lint_inputs``). The requests of one file are also compared
 with each other: what really varies between them. Files are linted one by
-one; a file that cannot be read is reported and the others still are.
+one; a file that cannot be read is reported (where it breaks) and the
+others still are.
 
 Every finding is placed at ``FILE:LINE:COLUMN`` (1-based, columns in
 characters) from its JSON path and character offset (``lint.locate``).
 
 Formats (``--format``): ``text`` for people, ``json`` (one report per file;
 the report itself when one file is given), ``sarif`` (SARIF 2.1.0, one run,
-for code-scanning tools; ``lint.sarif``). ``--json`` is ``--format json``.
+for code-scanning tools; ``lint.sarif``: files that could not be linted are
+its invocation's notifications, and its messages quote nothing of the
+prompts unless ``--sarif-prompt-text``). ``--json`` is ``--format json``.
 
 Exit status, for CI:
 
@@ -36,38 +40,22 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from engine.tokenizer import RenderError, bundled_qwen_tokenizer_dir, load_renderer
 
 from .api import gateway_version
 from .lint.batch import BatchLinter
 from .lint.detect import Detector
 from .lint.linter import Linter
-from .lint.locate import Source, join, json_source, yaml_source
+from .lint.locate import join
 from .lint.model import BatchReport, Finding, LintReport
-from .lint.sarif import Located, sarif_log
+from .lint.sarif import Located, Unlinted, sarif_log
 from .lint.template import ClockProbe, read_template
 from .lint.tokens import ByteEncoder, HFEncoder, TokenMap
 from .lint.variance import Atomizer
+from .lint_inputs import EMPTY_FOLDER, InputError, Requests, Target, expand, read_requests
 
 OK, WARNINGS, FAILED = 0, 1, 2
 BUNDLED = "Qwen3 (bundled)"
-
-
-class InputError(ValueError):
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Requests:
-    """A file's requests, where each sits in the file, and whether it held just one."""
-
-    bodies: list[dict[str, Any]]
-    prefixes: list[str]
-    """Each request's JSON path in its ``Source`` (``[3]``, ``.requests[0]``, ``.body``)."""
-    sources: list[Source]
-    single: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,80 +71,33 @@ def _parser() -> argparse.ArgumentParser:
         description="Find what in your prompts breaks vLLM prefix caching.",
         epilog="exit status: 0 no warning, 1 warnings found, 2 a file could not be linted")
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="chat request(s) as JSON, JSONL or YAML ('-': stdin)")
+                   help="chat request(s) as JSON, JSONL or YAML ('-': stdin); a folder: "
+                        "the prompt files under it")
     p.add_argument("--format", choices=("text", "json", "sarif"), default="text",
                    help="output format (default text)")
     p.add_argument("--json", action="store_const", const="json", dest="format",
                    help="same as --format json")
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder with the chat template "
                                        "(default: the bundled Qwen3 tokenizer)")
-    p.add_argument("--block-size", type=int, default=16, help="KV block size (default 16)")
+    p.add_argument("--block-size", type=_positive, default=16,
+                   help="KV block size in tokens (default 16; vLLM on CPU: 32)")
     p.add_argument("--model", help="model name to show in the report (default: the "
                                    "tokenizer's own name, or none)")
     p.add_argument("--now", help="pretend it is this ISO-8601 time (reproducible output)")
+    p.add_argument("--sarif-prompt-text", action="store_true",
+                   help="let SARIF messages quote what was found (a timestamp, a tool's "
+                        "name); by default they name only the kind, place and fix")
     return p
 
 
-# -- reading ---------------------------------------------------------------------------------
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number of tokens, not {value}")
+    return number
 
 
-def read_requests(text: str, name: str = "") -> Requests:
-    """The requests in a file's text, with their places in it."""
-    if name.endswith((".yaml", ".yml")):
-        try:
-            data = yaml.safe_load(text)
-            source = yaml_source(text)
-        except yaml.YAMLError as exc:
-            raise InputError(f"not YAML ({exc})") from None
-        return _document(data, source)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return _lines(text)
-    return _document(data, json_source(text))
-
-
-def _document(data: Any, source: Source) -> Requests:
-    if isinstance(data, dict) and "messages" in data:
-        return Requests([data], [""], [source], True)
-    if isinstance(data, dict) and isinstance(data.get("requests"), list):
-        items, base = data["requests"], ".requests"
-    elif isinstance(data, list):
-        items, base = data, ""
-    else:
-        raise InputError("no chat request found (no messages)")
-    found = [_request(item, i) for i, item in enumerate(items)]
-    return Requests([body for body, _ in found],
-                    [f"{base}[{i}]{inner}" for i, (_, inner) in enumerate(found)],
-                    [source] * len(found), False)
-
-
-def _lines(text: str) -> Requests:
-    bodies, prefixes, sources = [], [], []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            body, inner = _request(json.loads(line), number)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"line {number}: not JSON ({exc.msg})") from None
-        bodies.append(body)
-        prefixes.append(inner)
-        sources.append(json_source(line, first_line=number))
-    if not bodies:
-        raise InputError("no chat request found")
-    return Requests(bodies, prefixes, sources, False)
-
-
-def _request(value: Any, where: int) -> tuple[dict[str, Any], str]:
-    """A chat request and its path inside the item (``.body``, ``.request`` or none)."""
-    if isinstance(value, dict):
-        for key in ("body", "request"):
-            if isinstance(value.get(key), dict) and "messages" in value[key]:
-                return value[key], f".{key}"
-        if isinstance(value.get("messages"), list):
-            return value, ""
-    raise InputError(f"item {where}: not a chat request (no messages)")
+# -- the linter ------------------------------------------------------------------------------
 
 
 def tokenizer_name(folder: str | None) -> str | None:
@@ -190,7 +131,8 @@ def build_linter(tokenizer: str | None, model: str | None, now: float | None) ->
 # -- linting and placing ---------------------------------------------------------------------
 
 
-def lint_file(linter: Linter, name: str, block_size: int) -> Linted:
+def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
+    name = target.name
     if name == "-":
         text = sys.stdin.read()
     else:
@@ -229,17 +171,22 @@ def main(argv: Sequence[str]) -> int:
         print(f"prefixgate lint: {exc}", file=sys.stderr)
         return FAILED
     linted: list[Linted] = []
-    status = OK
-    for name in args.files:
+    unlinted: list[Unlinted] = []
+    for target in expand(args.files):
+        if target.empty_folder:
+            unlinted.append(Unlinted(target.name, EMPTY_FOLDER))
+            continue
         try:
-            linted.append(lint_file(linter, name, args.block_size))
+            linted.append(lint_file(linter, target, args.block_size))
         except (OSError, ValueError, RenderError) as exc:  # InputError is a ValueError
-            print(f"prefixgate lint: {name}: {exc}", file=sys.stderr)
-            status = FAILED
+            unlinted.append(_unlinted(target, exc))
+    for item in unlinted:
+        print(f"prefixgate lint: {item.file}: {item.message}", file=sys.stderr)
+    status = FAILED if any(not item.skipped for item in unlinted) else OK
     if status == OK and any(item.report.warnings for item in linted):
         status = WARNINGS
     try:
-        for chunk in render(linted, args.format):
+        for chunk in render(linted, args.format, unlinted, args.sarif_prompt_text):
             sys.stdout.write(chunk)
         sys.stdout.flush()
     except BrokenPipeError:
@@ -250,14 +197,25 @@ def main(argv: Sequence[str]) -> int:
     return status
 
 
+def _unlinted(target: Target, exc: Exception) -> Unlinted:
+    if isinstance(exc, InputError):
+        skipped = target.from_folder and exc.no_request
+        message = "skipped: no chat request in it" if skipped else str(exc)
+        return Unlinted(target.name, message, exc.line, exc.column, skipped)
+    if isinstance(exc, OSError):  # its text would repeat the file name
+        return Unlinted(target.name, exc.strerror or type(exc).__name__)
+    return Unlinted(target.name, str(exc))
+
+
 # -- output ----------------------------------------------------------------------------------
 
 
-def render(linted: list[Linted], form: str) -> Iterator[str]:
+def render(linted: list[Linted], form: str, unlinted: Sequence[Unlinted] = (),
+           prompt_text: bool = False) -> Iterator[str]:
     if form == "sarif":
         located = [item for file in linted for item in file.located]
-        yield json.dumps(sarif_log(located, gateway_version()), ensure_ascii=False,
-                         indent=2) + "\n"
+        yield json.dumps(sarif_log(located, gateway_version(), unlinted, prompt_text),
+                         ensure_ascii=False, indent=2) + "\n"
     elif form == "json":
         if len(linted) == 1:
             yield json.dumps(_json(linted[0]), ensure_ascii=False, indent=2) + "\n"

@@ -200,3 +200,65 @@ def test_the_pre_commit_hook(tmp_path: Path, capsys: pytest.CaptureFixture[str])
              write(tmp_path, "prompts/named.yaml", NAMED_YAML)]
     assert main(hook["entry"].split()[1:] + files + NOW) == 1
     assert "named.yaml:5:" in capsys.readouterr().out
+
+
+# -- folders, bad arguments, broken files in SARIF -------------------------------------------
+
+
+def test_a_folder_is_its_prompt_files_and_other_json_is_skipped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, "prompts/named.json", json.dumps(NAMED))
+    write(tmp_path, "prompts/deep/stamped.yaml", yaml.safe_dump(STAMPED))
+    write(tmp_path, "prompts/package.json", json.dumps({"name": "web"}))
+    write(tmp_path, "prompts/notes.txt", "Today is 2026-11-30.")
+    write(tmp_path, "prompts/.hidden/x.json", json.dumps(STAMPED))
+    assert main(["lint", str(tmp_path / "prompts"), *NOW]) == 1  # warnings, nothing broken
+    captured = capsys.readouterr()
+    assert "named.json: 1 warning(s)" in captured.out
+    assert "deep/stamped.yaml: 1 warning(s)" in captured.out
+    assert "Is a directory" not in captured.err and ".hidden" not in captured.out
+    assert "package.json: skipped: no chat request in it" in captured.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["lint", str(empty)]) == 2
+    assert "no prompt files" in capsys.readouterr().err
+
+
+def test_block_size_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["lint", write(tmp_path, "p.json", json.dumps(CLEAN)), "--block-size", "0"])
+    assert refused.value.code == 2
+
+
+def test_truncated_json_is_reported_where_it_breaks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = json.dumps(STAMPED, indent=2)
+    cut = text[: text.index('"user"')]
+    assert main(["lint", write(tmp_path, "prompt.json", cut)]) == 2
+    line = cut.count("\n") + 1  # where the text stops, not line 1
+    assert line > 1 and f"prompt.json: line {line} column" in capsys.readouterr().err
+    log = "\n".join([json.dumps(CLEAN), json.dumps(CLEAN), '{"messages": [', json.dumps(CLEAN)])
+    assert main(["lint", write(tmp_path, "log.jsonl", log)]) == 2
+    assert "log.jsonl: line 3 column" in capsys.readouterr().err
+
+
+def test_sarif_quotes_no_prompt_text_unless_asked_and_lists_what_it_could_not_lint(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stamped = write(tmp_path, "stamped.json", json.dumps(STAMPED))
+    broken = write(tmp_path, "broken.json", json.dumps(CLEAN)[:-3])
+    assert main(["lint", stamped, broken, "--format", "sarif", *NOW]) == 2
+    [run_] = json.loads(capsys.readouterr().out)["runs"]
+    messages = " ".join(result["message"]["text"] for result in run_["results"])
+    assert run_["results"] and "2026" not in messages  # no normalized timestamp either
+    [invocation] = run_["invocations"]
+    assert invocation["executionSuccessful"] is False
+    [note] = invocation["toolExecutionNotifications"]
+    assert note["level"] == "error" and "not JSON" in note["message"]["text"]
+    place = note["locations"][0]["physicalLocation"]
+    assert place["artifactLocation"]["uri"].endswith("broken.json")
+    assert place["region"]["startLine"] == 1
+    assert main(["lint", stamped, "--format", "sarif", "--sarif-prompt-text", *NOW]) == 1
+    [run_] = json.loads(capsys.readouterr().out)["runs"]
+    assert "2026-11-30" in " ".join(r["message"]["text"] for r in run_["results"])
+    assert run_["invocations"] == [{"executionSuccessful": True,
+                                    "toolExecutionNotifications": []}]
