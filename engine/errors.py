@@ -1,10 +1,17 @@
 """Errors raised by the engine layer.
 
     EngineError                 anything that went wrong talking to a replica
-    ├── ReplicaUnavailable      could not connect / connection refused / reset
-    │                           before the first byte: safe to retry elsewhere
+    ├── ReplicaUnavailable      no answer came: the connection was reset or closed
+    │   │                       before the first byte, or the replica left rotation
+    │   │                       while the request waited
+    │   └── ReplicaUnreachable  it could not even be reached (refused, no route,
+    │                           connect timeout): the request never arrived there
     ├── ReplicaTimeout          no first byte, or idle between chunks too long
     └── ReplicaStreamBroken     the replica failed after bytes were sent
+
+Which failures the proxy retries on another replica is its decision
+(``gateway.proxy``): an unreachable replica never saw the request, but one
+that failed while holding it may have failed *because* of it.
 
 The HTTP libraries' exceptions are translated where they enter (``engine.remote``
 for aiohttp, ``engine.httpx_backend`` for httpx); nothing above this layer
@@ -22,7 +29,11 @@ class EngineError(Exception):
 
 
 class ReplicaUnavailable(EngineError):
-    """Nothing was sent back yet: the request may be retried on another replica."""
+    """Nothing was sent back yet."""
+
+
+class ReplicaUnreachable(ReplicaUnavailable):
+    """The replica could not be reached: the request never arrived there."""
 
 
 class ReplicaTimeout(EngineError):

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 import httpx
 
 from .backend import Timeouts, UpstreamResponse, outgoing_headers
-from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
+from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable, ReplicaUnreachable
 
 
 class HttpxBackend:
@@ -50,8 +50,10 @@ class HttpxBackend:
         except TimeoutError:
             raise ReplicaTimeout(self.replica_id,
                                      "no status line before the response timeout") from None
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                httpx.ReadError, httpx.WriteError, httpx.PoolTimeout) as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise ReplicaUnreachable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError,
+                httpx.PoolTimeout) as exc:
             raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
         return UpstreamResponse(
             status_code=response.status_code,

@@ -100,7 +100,9 @@ class Replica:
     seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN
     """Its measured prefill speed (``engine.slow``), at which ``prefill`` drains."""
     progressed_at: float = -math.inf
-    """When it last showed progress: a first byte, or token counters that moved."""
+    """A time the replica is known to have made progress after: its last first byte,
+    or the scrape before the one whose token counters had moved."""
+    scraped_at: float = -math.inf
 
     @property
     def id(self) -> str:
@@ -154,6 +156,8 @@ class Lease:
     """Those, plus the unconfirmed prefill queued ahead of it when it was sent."""
     trial: bool
     """It is the replica's half-open trial."""
+    sent_at: float = 0.0
+    """The pool's clock when the request was sent."""
     prefilled: bool = False
     """Its prefill is settled: confirmed (first token) or left with the request."""
 
@@ -288,7 +292,7 @@ class ReplicaPool:
         replica.inflight += 1
         ahead = replica.prefill.add(prefill_tokens, now, replica.seconds_per_token)
         lease = Lease(replica, prefill_tokens, ahead + prefill_tokens,
-                      trial=replica.breaker.attempt(now))
+                      trial=replica.breaker.attempt(now), sent_at=now)
         try:
             yield lease
         finally:
@@ -345,6 +349,12 @@ class ReplicaPool:
         breaker.success(self._clock(), slow=slow)
         self._sync(replica)
 
+    def worked_after(self, lease: Lease) -> bool:
+        """Whether the lease's replica is known to have made progress after the lease's
+        request was sent to it (another request's first byte, or token counters that
+        moved): then that request did not stop it on arrival."""
+        return lease.replica.progressed_at > lease.sent_at
+
     def pending_prefill(self, replica_id: str) -> tuple[int, int]:
         """(requests, prompt tokens) the gateway sent to the replica whose prefill it
         has not confirmed yet: the queue a new request joins (estimated as it drains)."""
@@ -360,6 +370,10 @@ class ReplicaPool:
         replica = self._replicas[replica_id]
         return (self._clock() - replica.progressed_at <= within
                 and (replica.metrics.waiting > 0 or replica.prefill.requests > 1))
+
+    def admits(self, replica_id: str) -> bool:
+        """Whether a request may be sent to the replica now (in rotation, or its trial)."""
+        return self._replicas[replica_id].breaker.admits(self._clock())
 
     def breaker_state(self, replica_id: str) -> State:
         return self._replicas[replica_id].breaker.tick(self._clock())
@@ -392,7 +406,9 @@ class ReplicaPool:
                                            parse_vllm_metrics(body.decode("utf-8", "replace")))
                 if (replica.metrics.generation_tokens > before.generation_tokens
                         or replica.metrics.prompt_tokens > before.prompt_tokens):
-                    replica.progressed_at = self._clock()
+                    # the tokens came some time after the previous scrape
+                    replica.progressed_at = max(replica.progressed_at, replica.scraped_at)
+                replica.scraped_at = self._clock()
             if not replica.served_models or replica.probes % self.models_every == 0:
                 await self._models(replica)
         except EngineError as exc:

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Mapping
 import aiohttp
 
 from .backend import Timeouts, UpstreamResponse, outgoing_headers
-from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable
+from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable, ReplicaUnreachable
 
 _READ_CHUNK = 65536
 
@@ -75,12 +75,12 @@ class RemoteBackend:
                     response = await session.request(method, url, data=body or None, headers=out)
                 break
             except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
-                raise ReplicaUnavailable(self.replica_id, "cannot connect: timed out") from None
+                raise ReplicaUnreachable(self.replica_id, "cannot connect: timed out") from None
             except TimeoutError:
                 raise ReplicaTimeout(self.replica_id,
                                      "no status line before the response timeout") from None
             except aiohttp.ClientConnectorError as exc:
-                raise ReplicaUnavailable(self.replica_id, f"cannot connect: {exc}") from None
+                raise ReplicaUnreachable(self.replica_id, f"cannot connect: {exc}") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if attempt == 2:  # a fresh connection failed too: the replica is in trouble
                     raise ReplicaUnavailable(self.replica_id,

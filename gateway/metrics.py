@@ -90,6 +90,11 @@ class GatewayMetrics:
         self.failovers = Counter(
             "prefixgate_failovers", "Requests moved to another replica before the first byte.",
             ["replica"], registry=r)
+        self.not_retried = Counter(
+            "prefixgate_requests_not_retried",
+            "Requests a replica failed while holding them, with no progress there since they "
+            "arrived, answered with an error instead of tried on another replica (such a "
+            "request may be what stopped the replica).", ["replica"], registry=r)
         self.stream_errors = Counter(
             "prefixgate_stream_errors", "Streams that broke after the first byte.",
             ["replica"], registry=r)
@@ -133,7 +138,8 @@ class GatewayMetrics:
         """
         for replica in self.pool:
             rid = replica.id
-            for counter in (self.failovers, self.stream_errors, self.prompt_tokens,
+            for counter in (self.failovers, self.not_retried, self.stream_errors,
+                            self.prompt_tokens,
                             self.predicted_cached_tokens, self.usage_prompt_tokens,
                             self.usage_cached_tokens, self.completion_tokens):
                 counter.labels(rid)

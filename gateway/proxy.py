@@ -4,10 +4,19 @@ For each replica of the decision's order (at most ``max_attempts``):
 take a lease, send, and wait for the first byte of the answer — the status
 line and, for a stream, the first chunk; for a non-streaming answer, the
 whole body (it is small, and buffering it keeps failover possible until the
-client has seen anything). A replica that cannot be reached or times out
-before that point is reported to the pool (its breaker opens) and the next
-one is tried. After the first byte nothing is retried: a broken stream ends
-with an error event (see ``streaming``).
+client has seen anything). A replica that fails before that point is
+reported to the pool (its breaker opens), and the next one is tried only
+when the failure cannot be this request's doing: the replica could not be
+reached (the request never arrived), or it made progress after the request
+arrived (another request's first byte, or its token counters moved:
+``ReplicaPool.worked_after``) — a replica killed or stopped under load. A
+replica that stopped with no sign of life since this request arrived may
+have been stopped *by* it (a request that hangs or crashes the engine):
+retried, it would take down every replica it is sent to, so it is answered
+with an error at once and counted (``prefixgate_requests_not_retried_total``).
+Fallbacks that left rotation since the decision are skipped. After the
+first byte nothing is retried: a broken stream ends with an error event
+(see ``streaming``).
 
 Deadlines: a stream's status line and first chunk within
 ``timeouts.first_byte`` — a request queued on a replica that is working
@@ -45,7 +54,7 @@ from dataclasses import dataclass
 from starlette.responses import Response
 
 from engine.backend import Timeouts, UpstreamResponse
-from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable
+from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable, ReplicaUnreachable
 from engine.pool import Lease, ReplicaPool
 
 from .drain import Drain
@@ -96,6 +105,13 @@ class _FirstByteWatch:
         self._handle.cancel()
 
 
+def _held_failure(replica_id: str, exc: EngineError) -> UpstreamFailed | UpstreamTimeout:
+    message = (f"replica {replica_id} failed while holding this request ({exc.detail}), "
+               "with no progress since it arrived; it is not retried on another replica, "
+               "where a request that stops a replica would stop that one too")
+    return UpstreamTimeout(message) if isinstance(exc, ReplicaTimeout) else UpstreamFailed(message)
+
+
 class Proxy:
     def __init__(self, pool: ReplicaPool, metrics: GatewayMetrics, max_attempts: int,
                  lifecycle: Lifecycle, clock: Callable[[], float] = time.perf_counter,
@@ -135,6 +151,8 @@ class Proxy:
         outcome = exchange.outcome
         last_error: EngineError | None = None
         for replica_id in exchange.decision.order[: self.max_attempts]:
+            if outcome.attempts and not self.pool.admits(replica_id):
+                continue  # out of rotation since the decision
             outcome.attempts += 1
             outcome.replica_id = replica_id
             stack = contextlib.ExitStack()
@@ -148,6 +166,11 @@ class Proxy:
                 stack.close()
                 last_error = exc
                 self.pool.report_failure(replica_id, exc.detail)
+                if not isinstance(exc, ReplicaUnreachable) and not self.pool.worked_after(lease):
+                    self.metrics.not_retried.labels(replica_id).inc()
+                    log.warning("not retried elsewhere: %s failed holding the request, with "
+                                "no progress since it arrived (%s)", replica_id, exc.detail)
+                    raise _held_failure(replica_id, exc) from None
                 self.metrics.failovers.labels(replica_id).inc()
                 log.warning("failover from %s: %s", replica_id, exc.detail)
                 continue

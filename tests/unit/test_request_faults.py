@@ -17,43 +17,60 @@ from .test_gateway_core import CHAT, assert_openai_error, gateway
 
 @dataclass
 class HungReplica(FakeReplica):
-    """Answers probes, never its completions (a replica stuck in its engine)."""
+    """Answers probes; its completions hang (a replica stuck in its engine), all of
+    them, or only the first ``hang_first`` (a replica stuck on some requests that
+    goes on serving others)."""
 
     waiting: int = 0
+    hang_first: int | None = None
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.startswith("/v1/chat"):
             self.waiting += 1
-            await asyncio.Event().wait()
+            if self.hang_first is None or self.waiting <= self.hang_first:
+                await asyncio.Event().wait()
         return await super().handle(request)
 
 
-async def test_a_stream_without_a_first_token_in_time_goes_to_the_next_replica() -> None:
+def not_retried(client: httpx.AsyncClient, replica: str) -> float:
+    metrics = client.app.state.gateway.metrics  # type: ignore[attr-defined]
+    return metrics.not_retried.labels(replica)._value.get()  # type: ignore[no-any-return]
+
+
+async def test_a_request_a_replica_stopped_with_is_answered_at_once_not_sent_on() -> None:
+    """A query of death: the replica stops with this request and shows no sign of life
+    after it arrived. Sent on, it would stop the next replica too (and the next)."""
     hung, good = HungReplica("a"), FakeReplica("b")
     async with gateway([hung, good], policy="round_robin",
                        timeouts={"first_byte": 0.2}) as client:
         answers = await asyncio.gather(*(
             client.post("/v1/chat/completions", json={**CHAT, "stream": True})
             for _ in range(2)))
-        assert [a.status_code for a in answers] == [200, 200]
-        assert {a.headers["x-prefixgate-replica"] for a in answers} == {"b"}
-        assert all(a.text.endswith("data: [DONE]\n\n") for a in answers)
-        assert hung.waiting == 1
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [200, 504]
+        error = assert_openai_error(next(a for a in answers if a.status_code == 504), 504)
+        assert "not retried on another replica" in error["message"]
+        assert hung.waiting == 1 and len(good.requests) == 1   # b never saw it
         assert not client.app.state.gateway.pool.get("a").healthy  # type: ignore[attr-defined]
+        assert not_retried(client, "a") == 1
 
 
-async def test_a_request_waiting_on_a_replica_whose_breaker_opens_goes_on_at_once() -> None:
-    hung, good = HungReplica("a"), FakeReplica("b")
+async def test_a_request_waiting_on_a_replica_that_dies_after_working_goes_on_at_once() -> None:
+    """A replica killed or stopped under load: it answered another request after this
+    one arrived, so this one did not stop it; it is sent to the next replica."""
+    hung, good = HungReplica("a", hang_first=1), FakeReplica("b")
     async with gateway([hung, good], policy="round_robin") as client:
         pool = client.app.state.gateway.pool  # type: ignore[attr-defined]
-        tasks = [asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
-                 for _ in range(2)]
+        stuck = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
         await eventually(lambda: hung.waiting == 1, what="a request waiting on a")
+        others = await asyncio.gather(*(client.post("/v1/chat/completions", json=CHAT)
+                                        for _ in range(2)))
+        assert sorted(o.headers["x-prefixgate-replica"] for o in others) == ["a", "b"]
         pool.report_failure("a", "health probes timed out")  # what the probe loop does
-        answers = await asyncio.gather(*tasks)
-        assert [a.status_code for a in answers] == [200, 200]
-        assert {a.headers["x-prefixgate-replica"] for a in answers} == {"b"}
-        assert len(good.requests) == 2
+        answer = await stuck
+        assert answer.status_code == 200 and answer.headers["x-prefixgate-replica"] == "b"
+        assert answer.headers["x-prefixgate-reason"] == "failover"
+        assert not_retried(client, "a") == 0
 
 
 async def test_the_end_of_the_drain_answers_a_waiting_request_503_and_refuses_new_ones() -> None:
