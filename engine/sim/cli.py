@@ -15,6 +15,7 @@ import logging
 import uvicorn
 
 from engine.sim.config import SimConfig
+from engine.sim.faults import add_fault_arguments, fault_plan, with_faults
 from engine.sim.server import create_sim_app
 
 _DEFAULTS = SimConfig()
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULTS.log_level,
         choices=["critical", "error", "warning", "info", "debug"],
     )
+    add_fault_arguments(parser)
     return parser
 
 
@@ -128,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     uvicorn.run(
-        create_sim_app(config),
+        with_faults(create_sim_app(config), fault_plan(args)),
         host=config.host,
         port=config.port,
         log_level=config.log_level,
