@@ -7,8 +7,13 @@ baseline) / |baseline|`` when lower is better (perplexity), so a positive
 drop always means the candidate is worse: accuracy 0.700 -> 0.672 is a 4.0%
 drop; perplexity 10.0 -> 10.2 a 2.0% drop.
 
+A check may carry its **noise floor**: the drop the same figure shows
+between two equal runs (``gateway.kv_probe`` measures it, the candidate
+against itself). The gate judges the drop *beyond* it, so run-to-run noise
+is not blamed on the KV dtype.
+
 The rule (the usual deployment guide's, made configurable): the candidate
-fails when any check drops by more than its limit -- ``max_drop`` (default
+fails when any check drops beyond its noise floor by more than its limit -- ``max_drop`` (default
 3%) for every check, unless ``limits`` names a check (or a check kind,
 ``probe`` / ``lm-eval``) with a limit of its own. By default only the probe's
 ``greedy_agreement`` has one, 10%: it counts argmax flips between near-tied
@@ -71,6 +76,14 @@ class Check:
     baseline: float
     candidate: float
     higher_is_better: bool = True
+    noise: float = 0.0
+    """The drop the same measurement shows between two equal runs (its noise floor;
+    0 where it is not measured, as for lm-eval tasks)."""
+
+    @property
+    def beyond_noise(self) -> float:
+        """The relative drop less the noise floor: what the gate judges."""
+        return self.relative_drop - self.noise
 
     @property
     def relative_drop(self) -> float:
@@ -99,7 +112,7 @@ class CheckResult:
     @property
     def passed(self) -> bool:
         # Rounded so that 0.03 judged against a 3% limit is not lost to float noise.
-        return round(self.check.relative_drop, 9) <= round(self.limit, 9)
+        return round(self.check.beyond_noise, 9) <= round(self.limit, 9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +141,11 @@ class Verdict:
     def advice(self) -> str:
         if self.passed:
             return f"PASS: no check dropped by more than its limit ({len(self.results)} checks)"
-        worst = max(self.failures, key=lambda r: r.check.relative_drop)
+        worst = max(self.failures, key=lambda r: r.check.beyond_noise)
+        noise = (f", {worst.check.beyond_noise:+.2%} beyond its noise floor"
+                 if worst.check.noise else "")
         text = (f"FAIL: {len(self.failures)} of {len(self.results)} checks dropped too far "
-                f"(worst: {worst.check.name} {worst.check.relative_drop:+.2%} against "
+                f"(worst: {worst.check.name} {worst.check.relative_drop:+.2%}{noise} against "
                 f"{worst.limit:.1%})")
         safer = self.next_safer
         if safer:

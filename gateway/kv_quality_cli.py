@@ -8,7 +8,9 @@
     prefixgate kv-quality --emulate fp8|int8|int2 [...]
 
 Two OpenAI-compatible endpoints serving the same model, one with the KV
-cache dtype to judge: the built-in probe (``gateway.kv_probe``) always runs;
+cache dtype to judge: the built-in probe (``gateway.kv_probe``) always runs,
+with one line per passage on stderr (``--quiet``: none), and measures its
+own noise floor (the candidate against itself);
 lm-eval-harness (``gateway.kv_lmeval``) runs when tasks are named; the rule
 (``gateway.kv_gate``) decides. ``--emulate MODE`` starts the transformers KV
 emulation (``engine.kv_emulation``, in the vLLM-on-CPU venv) and judges its
@@ -29,6 +31,7 @@ import json
 import signal
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,7 +44,16 @@ from engine.vllm_local import ReplicaStartError
 
 from . import kv_lmeval
 from .kv_gate import DEFAULT_LIMITS, DEFAULT_MAX_DROP, EXIT_ERROR, GateRule, decide
-from .kv_probe import CORPUS_DIR, Endpoint, ProbeClient, ProbeError, load_corpus, run_probe
+from .kv_probe import (
+    CORPUS_DIR,
+    Endpoint,
+    PassageScore,
+    ProbeClient,
+    ProbeError,
+    Progress,
+    load_corpus,
+    run_probe,
+)
 from .kv_quality_report import Report, as_dict, render
 
 
@@ -51,9 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", help="base URL of the baseline (e.g. --kv-cache-dtype auto)")
     p.add_argument("--candidate", help="base URL of the candidate (the quantized KV cache)")
     p.add_argument("--model", help="served model name on both (default: each one's first model)")
-    p.add_argument("--baseline-model")
-    p.add_argument("--candidate-model")
-    p.add_argument("--api-key")
+    p.add_argument("--baseline-model", help="served model name on the baseline (default --model)")
+    p.add_argument("--candidate-model",
+                   help="served model name on the candidate (default --model)")
+    p.add_argument("--api-key", help="bearer token for both endpoints")
     p.add_argument("--candidate-kv-dtype", help="default: what the candidate publishes")
     p.add_argument("--emulate", choices=("fp8", "int8", "int2", "auto"),
                    help="start the transformers KV emulation and judge this mode against bf16")
@@ -64,17 +77,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", action="append", default=[], metavar="NAME=DROP",
                    help="a limit for one check or kind (perplexity, greedy_agreement, probe, "
                         "lm-eval, hellaswag:acc_norm, ...); greedy_agreement defaults to 0.10")
-    p.add_argument("--continuation-tokens", type=int, default=32)
-    p.add_argument("--corpus", type=Path, default=CORPUS_DIR)
-    p.add_argument("--passages-per-language", type=int)
+    p.add_argument("--continuation-tokens", type=int, default=32,
+                   help="greedy tokens generated after each passage (default 32)")
+    p.add_argument("--corpus", type=Path, default=CORPUS_DIR,
+                   help="folder of <language>.txt passages (default: the shipped corpus)")
+    p.add_argument("--passages-per-language", type=int,
+                   help="use only the first N passages of each language (default: all)")
     p.add_argument("--lm-eval-tasks", help="comma-separated lm-eval task names")
     p.add_argument("--lm-eval-tokenizer", help="local tokenizer folder for lm-eval")
     p.add_argument("--lm-eval-include-path", help="folder of task YAMLs over local data")
     p.add_argument("--lm-eval-limit", type=int, help="examples per task")
     p.add_argument("--lm-eval-python", help="interpreter that has lm-eval (default: this one)")
     p.add_argument("--lm-eval-output", type=Path, help="where lm-eval writes (default: a temp dir)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines on stderr (one per passage by default)")
     return p
+
+
+def progress_printer(out: TextIO) -> Progress:
+    """One line per passage on ``out``: the probe takes minutes, and says how far it is."""
+    start = time.monotonic()
+
+    def show(done: int, total: int, score: PassageScore) -> None:
+        elapsed = time.monotonic() - start
+        left = elapsed / done * (total - done)
+        print(f"kv-quality: {done}/{total} passages ({score.language}: {score.title}), "
+              f"agreement {score.agreement_hits}/{score.agreement_total}, self "
+              f"{score.floor_hits}/{score.floor_total}; {elapsed:.0f}s, about {left:.0f}s left",
+              file=out, flush=True)
+
+    return show
 
 
 def _limits(items: Sequence[str]) -> dict[str, float]:
@@ -149,8 +182,13 @@ def judge(args: argparse.Namespace) -> Report:
         if args.lm_eval_tasks:  # say it is missing before the probe's minutes, not after
             kv_lmeval.find_python(args.lm_eval_python)
         client = ProbeClient()
+        if not args.quiet:
+            print(f"kv-quality: {len(passages)} passages, 4 requests each (baseline, "
+                  "candidate, candidate on the baseline's continuation and on its own: the "
+                  "noise floor)", file=sys.stderr, flush=True)
         try:
-            probe = run_probe(client, baseline, candidate, passages, args.continuation_tokens)
+            probe = run_probe(client, baseline, candidate, passages, args.continuation_tokens,
+                              None if args.quiet else progress_printer(sys.stderr))
         finally:
             client.close()
         lm = _lm_eval(args, baseline, candidate)

@@ -60,6 +60,7 @@ def as_dict(report: Report) -> dict[str, Any]:
         "lm_eval": report.lm_eval,
         "checks": [{"name": r.check.name, "kind": r.check.kind, "baseline": r.check.baseline,
                     "candidate": r.check.candidate, "relative_drop": r.check.relative_drop,
+                    "noise_floor": r.check.noise, "drop_beyond_noise": r.check.beyond_noise,
                     "limit": r.limit, "passed": r.passed} for r in verdict.results],
         "passed": verdict.passed,
         "next_safer_kv_dtype": verdict.next_safer,
@@ -94,17 +95,22 @@ def render(report: Report) -> str:
                      f"{s.perplexity_candidate:>10.3f}{s.perplexity_ratio:>8.4f}"
                      f"{s.mean_logprob_diff:>+12.4f}{s.greedy_agreement:>11.1%}"
                      f"{s.free_run_agreement:>10.1%}")
+    lines += ["", (f"noise floor (the candidate against itself): greedy agreement "
+                   f"{summary.floor_agreement:.1%}, perplexity ratio "
+                   f"{summary.floor_perplexity_ratio:.4f}")]
     if report.lm_eval:
         lines += ["", "lm-eval"]
         for side in ("baseline", "candidate"):
             for task, figures in sorted(report.lm_eval.get(side, {}).items()):
                 shown = ", ".join(f"{k} {v:.4f}" for k, v in sorted(figures.items()))
                 lines.append(f"  {side:<9} {task}: {shown}")
-    lines += ["", "checks (relative drop; a positive drop means the candidate is worse)"]
+    lines += ["", ("checks (relative drop; a positive drop means the candidate is worse; "
+                   "judged beyond the noise floor)")]
     for r in verdict.results:
         c = r.check
         lines.append(f"  {c.name:<28} {c.baseline:>10.4f} -> {c.candidate:<10.4f} "
-                     f"{c.relative_drop:>+8.2%}  limit {r.limit:.1%}  "
+                     f"{c.relative_drop:>+8.2%}  noise {c.noise:>6.2%}  "
+                     f"beyond {c.beyond_noise:>+7.2%}  limit {r.limit:.1%}  "
                      + ("pass" if r.passed else "FAIL"))
     lines += ["", verdict.advice()]
     if report.emulation:

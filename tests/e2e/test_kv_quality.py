@@ -83,6 +83,23 @@ def test_an_fp8_kv_cache_passes(emulation: EmulationServer) -> None:
     assert set(report["probe"]["by_language"]) >= {"en", "zh"}
 
 
+def test_an_endpoint_against_itself_passes_at_its_noise_floor_and_shows_progress(
+        emulation: EmulationServer, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = gate(emulation.base_url, emulation.base_url, emulation.model("auto"),
+                        emulation.model("auto"))
+    assert code == 0 and report["passed"], report["advice"]
+    floor = report["probe"]["noise_floor"]
+    assert 0 < floor["greedy_agreement"] <= 1
+    for check in report["checks"]:
+        assert check["drop_beyond_noise"] == pytest.approx(
+            check["relative_drop"] - check["noise_floor"])
+        assert abs(check["drop_beyond_noise"]) < 0.01, check  # itself: nothing beyond noise
+    progress = capsys.readouterr().err.splitlines()
+    passages = len(report["probe"]["passages"])
+    assert [line.split()[1] for line in progress if "/" in line.split()[1]] == [
+        f"{i}/{passages}" for i in range(1, passages + 1)]
+
+
 def test_the_text_report_is_labelled_emulation(emulation: EmulationServer,
                                                tmp_path: Path) -> None:
     (tmp_path / "en.txt").write_text("# One passage\nThe ferry leaves the island at dawn and "

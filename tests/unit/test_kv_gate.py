@@ -65,3 +65,11 @@ def test_limits_per_check_and_kind_and_the_agreement_default() -> None:
 def test_a_gate_with_nothing_to_judge_is_an_error() -> None:
     with pytest.raises(ValueError):
         decide([], GateRule(), "fp8")
+
+
+def test_the_gate_judges_the_drop_beyond_the_noise_floor() -> None:
+    noisy = Check("greedy_agreement", "probe", 1.0, 0.85, noise=0.06)  # 15% raw, 9% beyond
+    assert decide([noisy], GateRule(), "fp8").passed
+    worse = Check("greedy_agreement", "probe", 1.0, 0.80, noise=0.06)  # 14% beyond
+    verdict = decide([worse], GateRule(), "fp8")
+    assert not verdict.passed and "+14.00% beyond its noise floor" in verdict.advice()

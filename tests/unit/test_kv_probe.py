@@ -8,6 +8,7 @@ import math
 import httpx
 import pytest
 
+from gateway.kv_gate import GateRule, decide
 from gateway.kv_probe import (
     Endpoint,
     ProbeClient,
@@ -127,3 +128,26 @@ def test_an_emulation_fingerprint_marks_the_result() -> None:
     result = run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
                        load_corpus(per_language=1)[:1], continuation_tokens=4)
     assert result.emulation
+
+
+def test_an_endpoint_against_itself_drops_only_its_noise_floor() -> None:
+    # A replica whose teacher-forced scoring disagrees with its own decoding on one
+    # token in four (prefill and decode kernels differ): judged against itself, the
+    # raw agreement is 75%, and all of it is noise.
+    noisy = FakeVllm(-2.0, frozenset({2}))
+    client = ProbeClient(transport=transport(noisy, noisy))
+    seen: list[tuple[int, int]] = []
+    passages = load_corpus(per_language=1)
+    result = run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
+                       passages, continuation_tokens=4,
+                       progress=lambda done, total, score: seen.append((done, total)))
+    assert seen == [(i, len(passages)) for i in range(1, len(passages) + 1)]
+    s = result.summary
+    assert s.greedy_agreement == pytest.approx(3 / 4) and s.floor_agreement == pytest.approx(3 / 4)
+    assert s.floor_perplexity_ratio == pytest.approx(1.0)
+    checks = {c.name: c for c in result.checks()}
+    assert checks["greedy_agreement"].relative_drop == pytest.approx(0.25)
+    assert checks["greedy_agreement"].noise == pytest.approx(0.25)
+    assert checks["greedy_agreement"].beyond_noise == pytest.approx(0.0)
+    verdict = decide(result.checks(), GateRule(), "auto")
+    assert verdict.passed  # the raw 25% drop would have failed the 10% limit
