@@ -4,11 +4,14 @@
 #   make test   install everything the tests need and run the whole suite
 # And the no-install quick start:
 #   make run-sim   the gateway in front of two simulated replicas
+#   make demo      against the running gateway (another terminal): a prefix-cache hit,
+#                  and the timestamp that breaks it (URL=... for another gateway)
 #   make docs      the documentation site in site/ (mkdocs, offline, strict)
 PY ?= python3
 VENV ?= .venv
 
-.PHONY: run run-sim test setup setup-vllm lint docs
+.PHONY: run run-sim demo test setup setup-vllm lint docs
+URL ?= http://127.0.0.1:8000
 
 setup:
 	@PY=$(PY) VENV=$(VENV) scripts/bootstrap.sh
@@ -21,6 +24,9 @@ run: setup setup-vllm
 
 run-sim: setup
 	$(VENV)/bin/prefixgate serve --embedded sim $(ARGS)
+
+demo: setup
+	$(VENV)/bin/prefixgate demo --url $(URL) $(ARGS)
 
 test: setup
 	@VENV=$(VENV) scripts/test.sh

@@ -1,12 +1,9 @@
-"""The ``prefixgate`` command.
+"""The ``prefixgate`` command: one subcommand per job, each with its own ``--help``.
 
-    prefixgate serve [--config FILE] [--replica [ID=]URL ...] [--policy NAME] ...
-    prefixgate sim   [...]            a simulated vLLM replica (see engine.sim)
-    prefixgate lint  FILE... [--format text|json|sarif]  find what breaks prefix caching
-    prefixgate plan  CONFIG [...]     KV-cache capacity per GPU for a model and KV dtype
-    prefixgate kv-quality [...]       quality gate: baseline vs quantized-KV candidate
-    prefixgate profiles [show NAME]   named vLLM launch profiles (command line, replica config)
-    prefixgate --version              the installed version
+The top level is an ``argparse`` parser whose subcommands (``COMMANDS``)
+each hand the rest of the command line to their own module's ``main``;
+``prefixgate --help`` lists them one per line, and an unknown one is named
+in the error.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.sim.cli import main as sim_main
@@ -25,6 +22,7 @@ from .api import gateway_version
 from .app import create_app
 from .auth import exposure_warning
 from .config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from .demo_cli import main as demo_main
 from .embedded import EmbeddedUnavailable, embedded_replicas
 from .kv_plan_cli import main as plan_main
 from .kv_quality_cli import main as kv_quality_main
@@ -52,7 +50,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
                    "--model: for the one model the replicas serve)")
     p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
-    p.add_argument("--max-body-bytes", type=int)
+    p.add_argument("--max-body-bytes", type=int,
+                   help="largest request body accepted; larger ones get 413 (default 8 MiB)")
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.add_argument("--api-keys", metavar="FILE",
                    help="YAML file of client keys, tenants and limits (default: no client "
@@ -171,16 +170,45 @@ def serve(argv: Sequence[str]) -> int:
     return 0
 
 
+COMMANDS: tuple[tuple[str, Callable[[Sequence[str]], int], str], ...] = (
+    ("serve", lambda argv: serve(argv), "run the gateway in front of vLLM replicas"),
+    ("demo", demo_main, "a prefix-cache hit and what breaks it, live"),
+    ("lint", lint_main, "find what in prompt files breaks prefix caching"),
+    ("sim", sim_main, "run one simulated vLLM replica (no GPU, no model)"),
+    ("plan", plan_main, "KV-cache capacity per GPU for a model and KV dtype"),
+    ("kv-quality", kv_quality_main, "quality gate for a quantized KV cache"),
+    ("profiles", profiles_main, "named vLLM launch profiles"),
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="prefixgate",
+        description="Prefix-cache-aware OpenAI-compatible gateway for vLLM replicas.",
+        epilog="`prefixgate COMMAND --help` describes a command's own options.")
+    p.add_argument("-V", "--version", action="version",
+                   version=f"prefixgate {gateway_version()}")
+    commands = p.add_subparsers(title="commands", metavar="COMMAND", dest="command")
+    for name, _, summary in COMMANDS:
+        # The command's own parser reads the rest: this one only names it.
+        commands.add_parser(name, help=summary, add_help=False)
+    return p
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"serve": serve, "sim": sim_main, "lint": lint_main, "plan": plan_main,
-                "kv-quality": kv_quality_main, "profiles": profiles_main}
-    if argv and argv[0] in ("--version", "-V"):
-        print(f"prefixgate {gateway_version()}")
-        return 0
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
-        print(__doc__.strip(), file=sys.stderr if argv and argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    parser = _parser()
+    if not argv:
+        parser.print_help(sys.stderr)
+        return 2
+    commands = {name: command for name, command, _ in COMMANDS}
+    if argv[0] not in commands and not argv[0].startswith("-"):
+        parser.error(f"unknown command {argv[0]!r}; the commands are "
+                     f"{', '.join(commands)} (prefixgate --help)")
+    try:
+        parser.parse_args(argv[:1])  # --help or --version: argparse answers
+    except SystemExit as done:
+        return int(done.code or 0)
     return int(commands[argv[0]](argv[1:]) or 0)
 
 

@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         "KV-cache capacity per GPU for a model config and vLLM launch settings, with the "
         "arithmetic shown. Memory sizes are GiB (2**30 bytes), as vLLM logs them."))
     p.add_argument("config", help="config.json (Hugging Face format) or a model folder holding one")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1,
+                   help="GPUs one replica spans (default 1)")
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="auto (the model's dtype), fp8 (e4m3), fp8_e5m2, int8 "
                         "(= vLLM's int8_per_token_head), fp8_per_token_head")
@@ -57,7 +58,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (config dtype), bf16, fp16, fp8, awq, gptq, int4")
     p.add_argument("--gpu-memory-gb", type=float, default=80.0,
                    help="memory of one GPU in GiB (A100-80GB / H100: 80; default 80)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.92)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.92,
+                   help="share of GPU memory vLLM may use (default 0.92)")
     p.add_argument("--max-model-len", type=int, help="default: max_position_embeddings")
     p.add_argument("--block-size", type=int, default=16, help="vLLM GPU default 16; CPU 32+")
     p.add_argument("--reserve-gb", type=float, default=2.0,
@@ -70,7 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="explicit KV cache size per GPU, as vLLM's flag (skips the budget)")
     size.add_argument("--cpu-kvcache-space", type=float, metavar="GIB",
                       help="vLLM on CPU: VLLM_CPU_KVCACHE_SPACE in GiB (skips the budget)")
-    p.add_argument("--num-gpu-blocks-override", type=int)
+    p.add_argument("--num-gpu-blocks-override", type=int,
+                   help="plan with exactly this many KV blocks, as vLLM's flag of that name")
     p.add_argument("--weight-params", type=int,
                    help="parameter count to use instead of the one computed from the config")
     p.add_argument("--compare", action="store_true", help="plan auto, fp8 and int8 side by side")

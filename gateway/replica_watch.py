@@ -3,8 +3,8 @@
 After the pool's first probe of every replica, :meth:`ReplicaWatch.report`
 logs one of
 
-    prefixgate serving on http://127.0.0.1:8000/v1, ready: 2 of 2 replica(s) answering, policy cache_aware
-    prefixgate serving on http://127.0.0.1:8000/v1, waiting for replicas: none of 2 answers yet
+    prefixgate: serving on http://127.0.0.1:8000/v1, ready: 2 of 2 replica(s) answering, policy cache_aware
+    prefixgate: serving on http://127.0.0.1:8000/v1, waiting for replicas: none of 2 answers yet
 
 and, once for each replica that did not answer, why (``replica s1 at
 http://10.0.0.7:8000 cannot be reached: connection refused; probing every
@@ -47,7 +47,7 @@ class ReplicaWatch:
         if self._answering():
             self._ready()
         else:
-            log.warning("prefixgate serving on %s, waiting for replicas: none of %d answers "
+            log.warning("serving on %s, waiting for replicas: none of %d answers "
                         "yet; requests get 503 with Retry-After until one does",
                         self.url, len(self.pool))
         self.pool.add_listener(self._changed)
@@ -58,5 +58,5 @@ class ReplicaWatch:
 
     def _ready(self) -> None:
         self.ready = True
-        log.info("prefixgate serving on %s, ready: %d of %d replica(s) answering, policy %s",
+        log.info("serving on %s, ready: %d of %d replica(s) answering, policy %s",
                  self.url, self._answering(), len(self.pool), self.policy)

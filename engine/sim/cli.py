@@ -27,9 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="A vLLM-compatible OpenAI server with a simulated engine and a real prefix cache.",
     )
     add = parser.add_argument
-    add("--host", default=_DEFAULTS.host)
-    add("--port", type=int, default=_DEFAULTS.port)
-    add("--served-model-name", default=_DEFAULTS.served_model_name)
+    add("--host", default=_DEFAULTS.host, help="listen address (default %(default)s)")
+    add("--port", type=int, default=_DEFAULTS.port, help="listen port (default %(default)s)")
+    add("--served-model-name", default=_DEFAULTS.served_model_name,
+        help="the model name it answers to (default %(default)s)")
     add(
         "--tokenizer",
         default=None,
@@ -37,11 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--model-root", default=None,
         help="the model path /v1/models reports as root (default: the tokenizer folder)")
-    add("--block-size", type=int, default=_DEFAULTS.block_size)
+    add("--block-size", type=int, default=_DEFAULTS.block_size,
+        help="KV block size in tokens (default %(default)s)")
     add("--num-blocks", type=int, default=_DEFAULTS.num_blocks, help="KV-cache capacity in blocks")
-    add("--max-model-len", type=int, default=_DEFAULTS.max_model_len)
-    add("--max-num-seqs", type=int, default=_DEFAULTS.max_num_seqs)
-    add("--max-num-batched-tokens", type=int, default=_DEFAULTS.max_num_batched_tokens)
+    add("--max-model-len", type=int, default=_DEFAULTS.max_model_len,
+        help="longest prompt plus output, in tokens (default %(default)s)")
+    add("--max-num-seqs", type=int, default=_DEFAULTS.max_num_seqs,
+        help="requests running at once; more wait (default %(default)s)")
+    add("--max-num-batched-tokens", type=int, default=_DEFAULTS.max_num_batched_tokens,
+        help="tokens computed per engine step, chunked prefill (default %(default)s)")
     add(
         "--step-overhead",
         type=float,
@@ -66,9 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULTS.time_scale,
         help="run this many times faster than modeled",
     )
-    add("--output-len-min", type=int, default=_DEFAULTS.output_len_min)
-    add("--output-len-max", type=int, default=_DEFAULTS.output_len_max)
-    add("--seed", type=int, default=_DEFAULTS.seed)
+    add("--output-len-min", type=int, default=_DEFAULTS.output_len_min,
+        help="shortest natural answer, in tokens, before EOS (default %(default)s)")
+    add("--output-len-max", type=int, default=_DEFAULTS.output_len_max,
+        help="longest natural answer, in tokens (default %(default)s)")
+    add("--seed", type=int, default=_DEFAULTS.seed,
+        help="the answers' seed when a request gives none (default %(default)s)")
     add(
         "--kv-events-port",
         type=int,
@@ -81,12 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve missed KV events on this ROUTER port",
     )
-    add("--kv-events-topic", default=_DEFAULTS.kv_events_topic)
-    add("--kv-events-host", default=_DEFAULTS.kv_events_host)
+    add("--kv-events-topic", default=_DEFAULTS.kv_events_topic,
+        help="topic frame of the KV events (default %(default)s)")
+    add("--kv-events-host", default=_DEFAULTS.kv_events_host,
+        help="address the KV-event sockets bind (default %(default)s)")
     add(
         "--log-level",
         default=_DEFAULTS.log_level,
         choices=["critical", "error", "warning", "info", "debug"],
+        help="log level (default %(default)s)",
     )
     add_fault_arguments(parser)
     return parser

@@ -1,0 +1,56 @@
+"""``prefixgate --help``, unknown commands, and every flag's help text, as a user reads them."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from engine.sim import cli as sim_cli
+from gateway import cli, demo_cli, kv_plan_cli, kv_quality_cli, lint_cli, profiles_cli
+
+
+def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: prefixgate") and "``" not in out  # argparse, not RST
+    lines = out.splitlines()
+    for name, _, summary in cli.COMMANDS:
+        [line] = [line for line in lines if line.split()[:1] == [name]]
+        assert line.split(None, 1)[1] == summary  # the whole summary, on that line
+
+
+def test_an_unknown_command_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["bogus"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'bogus'" in err and "serve" in err
+
+
+def test_no_command_prints_the_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "commands:" in capsys.readouterr().err
+
+
+def _actions(name: str, parser: argparse.ArgumentParser) -> list[tuple[str, argparse.Action]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub, subparser in action.choices.items():
+                found += _actions(f"{name} {sub}", subparser)
+        elif not isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
+            found.append((name, action))
+    return found
+
+
+def test_every_flag_of_every_command_says_what_it_does() -> None:
+    parsers = {"serve": cli._serve_parser(), "sim": sim_cli.build_parser(),
+               "lint": lint_cli._parser(), "plan": kv_plan_cli._parser(),
+               "kv-quality": kv_quality_cli._parser(), "profiles": profiles_cli._parser(),
+               "demo": demo_cli._parser()}
+    assert set(parsers) == {name for name, _, _ in cli.COMMANDS}
+    silent = [f"{name} {action.option_strings or action.dest}"
+              for name, parser in parsers.items() for name, action in _actions(name, parser)
+              if not action.help]
+    assert not silent
