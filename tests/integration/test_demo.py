@@ -24,12 +24,12 @@ def gateway() -> Iterator[GatewayProcess]:
 
 
 def demo(url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", "demo", "--url", url],
+    return subprocess.run([sys.executable, "-m", "gateway.cli", "demo", "--url", url], check=False,
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
-ROW = re.compile(r"^(\d)\s+.+?\s{2,}(\S+)\s+([\d,—]+)\s+([\d,—]+)\s+(\d+) ms", re.M)
+ROW = re.compile(r"^(\d)\s+.+?\s{2,}(\S+)\s+([\d,—]+)\s+([\d,—]+)\s+(\d+) ms", re.MULTILINE)
 
 
 def test_the_demo_shows_a_hit_and_the_timestamp_that_breaks_it(gateway: GatewayProcess) -> None:
@@ -47,7 +47,7 @@ def test_the_demo_shows_a_hit_and_the_timestamp_that_breaks_it(gateway: GatewayP
     assert re.search(r"timestamp '\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC' at messages\[0\]",
                      result.stdout), result.stdout
     again = demo(gateway.url)  # and again: cold again, not a hit left by the first run
-    assert re.search(r"^1\s.+\s0\s+0\s+\d+ ms", again.stdout, re.M), again.stdout
+    assert re.search(r"^1\s.+\s0\s+0\s+\d+ ms", again.stdout, re.MULTILINE), again.stdout
 
 
 def test_without_a_gateway_it_says_how_to_start_one() -> None:
