@@ -121,3 +121,53 @@ RAW_BODIES = st.one_of(
                      b"[" * 5000 + b"]" * 5000, b'{"a":' * 2000 + b"1" + b"}" * 2000]),
     HOSTILE.map(lambda v: json.dumps(v).encode()),
 )
+
+
+# --- heavy bodies: what may take a replica down -----------------------------------------
+
+HANG_RULES = ("n>8,best_of>8,max_tokens>100000,max_completion_tokens>100000,logprobs>5,"
+              "top_logprobs>5,messages>500,tools>64")
+"""What the fuzz stage's sims are told to hang on (``engine.sim.faults``): every value
+``HEAVY_VALUES`` draws is over its rule, so each heavy case is a query of death."""
+
+_HUGE_COUNTS = [1000, 10**9, 2**31, 2**63 - 1]
+_HUGE_TOKENS = [100_001, 10**9, 2**31, 2**63 - 1]
+
+
+def _messages(count: int) -> list[JSON]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"}
+            for i in range(count)]
+
+
+def _tools(count: int) -> list[JSON]:
+    return [{"type": "function", "function": {"name": f"tool_{i}", "description": "d",
+                                              "parameters": {"type": "object"}}}
+            for i in range(count)]
+
+
+HEAVY_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "n": st.sampled_from([9, *_HUGE_COUNTS]),
+    "best_of": st.sampled_from([9, *_HUGE_COUNTS]),
+    "max_tokens": st.sampled_from(_HUGE_TOKENS),
+    "max_completion_tokens": st.sampled_from(_HUGE_TOKENS),
+    "logprobs": st.sampled_from([6, 20, 10**6]),
+    "top_logprobs": st.sampled_from([6, 20, 10**6]),
+    "messages": st.integers(501, 4000).map(_messages),
+    "tools": st.integers(65, 2000).map(_tools),
+}
+
+
+@st.composite
+def heavy(draw: st.DrawFn, fitting: st.SearchStrategy[JSON], base: JSON) -> JSON:
+    """A request with one to three heavy fields: on ``base`` (a minimal valid request,
+    so most reach a replica) or on a body that fits the route's schema."""
+    body = dict(base) if draw(st.booleans()) else draw(fitting)
+    if not isinstance(body, dict):
+        body = dict(base)
+    fields = draw(st.lists(st.sampled_from(sorted(HEAVY_VALUES)), min_size=1, max_size=3,
+                           unique=True))
+    for field in fields:
+        body[field] = draw(HEAVY_VALUES[field])
+    if draw(st.booleans()):
+        body["stream"] = True
+    return body
