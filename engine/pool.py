@@ -60,7 +60,8 @@ FAIL_THRESHOLD = 2
 DRAIN_POLL = 0.05
 """Seconds between two looks at a leaving replica's in-flight count."""
 PREFILL_SECONDS_PER_TOKEN = 0.0001
-"""A replica's prefill speed until its own times to first token say (10k tokens/s)."""
+"""The prefill speed a replica's queue of unconfirmed prefill is assumed to drain at
+between two first tokens (10k tokens/s; ``engine.prefill``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +98,8 @@ class Replica:
     """Starts open with its cool-down behind it: the first probe is its trial."""
     prefill: PrefillQueue = field(default_factory=PrefillQueue)
     """The prefill the gateway sent here that the replica has not confirmed."""
-    seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN
-    """Its measured prefill speed (``engine.slow``), at which ``prefill`` drains."""
+    measured_seconds_per_token: float | None = None
+    """Its prefill speed as its times to first token say (``engine.slow``; ops view)."""
     progressed_at: float = -math.inf
     """A time the replica is known to have made progress after: its last first byte,
     or the scrape before the one whose token counters had moved."""
@@ -141,7 +142,7 @@ class Replica:
             block_size=self.block_size(default_block_size),
             block_capacity=self.capacity_blocks,
             pending_requests=self.prefill.requests,
-            pending_prefill_tokens=self.prefill.tokens(now, self.seconds_per_token),
+            pending_prefill_tokens=self.prefill.tokens(now, PREFILL_SECONDS_PER_TOKEN),
         )
 
 
@@ -156,6 +157,8 @@ class Lease:
     """Those, plus the unconfirmed prefill queued ahead of it when it was sent."""
     trial: bool
     """It is the replica's half-open trial."""
+    ticket: int = 0
+    """Its place in the replica's prefill queue."""
     sent_at: float = 0.0
     """The pool's clock when the request was sent."""
     prefilled: bool = False
@@ -290,9 +293,9 @@ class ReplicaPool:
         replica = self._replicas[replica_id]
         now = self._clock()
         replica.inflight += 1
-        ahead = replica.prefill.add(prefill_tokens, now, replica.seconds_per_token)
+        ticket, ahead = replica.prefill.add(prefill_tokens, now, PREFILL_SECONDS_PER_TOKEN)
         lease = Lease(replica, prefill_tokens, ahead + prefill_tokens,
-                      trial=replica.breaker.attempt(now), sent_at=now)
+                      trial=replica.breaker.attempt(now), ticket=ticket, sent_at=now)
         try:
             yield lease
         finally:
@@ -300,11 +303,11 @@ class ReplicaPool:
             self._settle(lease)
             replica.breaker.attempt_ended(lease.trial)
 
-    def _settle(self, lease: Lease) -> None:
+    def _settle(self, lease: Lease, confirmed: bool = False) -> None:
         if not lease.prefilled:
             lease.prefilled = True
-            replica = lease.replica
-            replica.prefill.settle(lease.prefill_tokens, self._clock(), replica.seconds_per_token)
+            lease.replica.prefill.settle(lease.ticket, self._clock(), PREFILL_SECONDS_PER_TOKEN,
+                                         confirmed)
 
     def set_remote_inflight(self, counts: Mapping[str, int]) -> None:
         """Other gateway instances' in-flight requests per replica (absent: none); the
@@ -324,11 +327,13 @@ class ReplicaPool:
         replica.breaker.request_failed(self._clock())
         self._sync(replica)
 
-    def report_first_byte(self, lease: Lease, ttft: float | None) -> None:
+    def report_first_byte(self, lease: Lease, ttft: float | None,
+                          prefilled: bool = True) -> None:
         """The replica answered the lease's request (``ttft``: a stream's time to first
-        token): its prefill is confirmed. A trial closes the breaker unless it is still
-        slow; a replica much slower than its peers for the same work opens it."""
-        self._settle(lease)
+        token; ``prefilled``: a successful answer, so its prefill is done). A trial
+        closes the breaker unless it is still slow; a replica much slower than its
+        peers for the same work opens it."""
+        self._settle(lease, confirmed=prefilled)
         replica = lease.replica
         replica.progressed_at = self._clock()
         replica_id, breaker = replica.id, replica.breaker
@@ -338,8 +343,7 @@ class ReplicaPool:
         if ttft is not None:
             if breaker.state is State.CLOSED:
                 self.slow.record(replica_id, ttft, lease.work)
-                replica.seconds_per_token = (self.slow.seconds_per_token(replica_id)
-                                             or PREFILL_SECONDS_PER_TOKEN)
+                replica.measured_seconds_per_token = self.slow.seconds_per_token(replica_id)
                 slow = self.slow.is_slow(replica_id, peers)
             else:
                 slow = self.slow.trial_is_slow(ttft, lease.work, peers)
@@ -360,7 +364,7 @@ class ReplicaPool:
         has not confirmed yet: the queue a new request joins (estimated as it drains)."""
         replica = self._replicas[replica_id]
         return replica.prefill.requests, replica.prefill.tokens(self._clock(),
-                                                                replica.seconds_per_token)
+                                                                PREFILL_SECONDS_PER_TOKEN)
 
     def working_through_a_queue(self, replica_id: str, within: float) -> bool:
         """Whether a request still waiting for its first token on the replica is queued

@@ -7,24 +7,29 @@ token), those tokens are work a new request queues behind. Two pieces model
 it, both pure (the caller hands in the time):
 
 :class:`PrefillQueue` is one replica's queue of unconfirmed prefill, as a
-virtual FIFO: ``add`` puts a request's tokens at the back and returns the
-work ahead of it; the queue drains at the replica's prefill speed
-(``seconds_per_token``) from the moment it has work, front first;
-``settle`` takes a request's tokens out when it is confirmed or gone (of
-the drain so far, as much as those tokens were worth is spent on them, as
-if they had been first). ``tokens(now)`` is what is left: the pending
-prefill a policy prices (``ReplicaView.pending_prefill_tokens``). A
-confirmation is exact; the drain is the estimate in between, and it is what
-stops a non-streaming request's prefill from counting until its whole
-answer is back.
+FIFO: ``add`` puts a request's tokens at the back and returns the work
+ahead of it; between two pieces of news the queue is assumed to drain front
+first at ``seconds_per_token`` (the pool's assumed prefill speed); a
+request's first token is news (``settle(confirmed=True)``): the engine
+schedules prefill first come first served, so everything sent before it is
+prefilled too, and the drain catches up with that point if it lagged; a
+request that ends without one (failed, aborted, or a non-streaming answer
+whose first byte is its last) leaves its place. ``tokens(now)`` is what is
+left: the pending prefill a policy prices (``ReplicaView.pending_prefill_tokens``).
+The assumed speed only matters between confirmations, and it is what stops
+a non-streaming request's prefill from counting until its whole answer is
+back. (The speed is not fitted from times to first token: on a busy
+gateway those measure its own event loop as much as the replica, and a
+fitted speed two to five times off in either direction made bursts
+spread too little or too much.)
 
 :class:`WorkSamples` is one replica's recent (work, time to first token)
 pairs, where work is the prefill queued ahead at send plus the request's
 own uncached tokens, and their least-squares line ``ttft = a + b * work``
-(:class:`WorkLine`). ``b`` is the replica's measured prefill speed, which
-the queue drains at; the line also says what a replica *should* take for a
-given amount of work, which is how the slow-replica detector tells load from
-a fault (:mod:`engine.slow`). Sums are kept as samples come and go, so a fit
+(:class:`WorkLine`): what a replica *should* take for a given amount of
+work, which is how the slow-replica detector tells load from a fault
+(:mod:`engine.slow`); its slope is shown on the ops view as the replica's
+measured prefill speed. Sums are kept as samples come and go, so a fit
 costs O(1) and pooling several replicas' samples O(replicas).
 """
 
@@ -121,46 +126,67 @@ def pooled_line(samples: list[WorkSamples]) -> WorkLine | None:
 
 
 class PrefillQueue:
-    """One replica's unconfirmed prefill, draining front first at ``seconds_per_token``."""
+    """One replica's unconfirmed prefill: a FIFO of requests, drained front first."""
 
-    __slots__ = ("_drained", "_queued", "_stamp", "requests")
+    __slots__ = ("_drained", "_entries", "_next", "_queued", "_stamp")
 
     def __init__(self) -> None:
-        self._queued = 0.0
-        """Tokens of the unconfirmed requests."""
+        self._entries: dict[int, int] = {}
+        """Unsettled requests in the order they were sent: ticket -> prompt tokens."""
+        self._next = 0
+        self._queued = 0
+        """Tokens of the unsettled requests."""
         self._drained = 0.0
         """Of those, how many the replica is estimated to have prefilled, as of ``_stamp``."""
         self._stamp = 0.0
-        self.requests = 0
+
+    @property
+    def requests(self) -> int:
         """Requests whose prefill is not settled."""
+        return len(self._entries)
 
     def tokens(self, now: float, seconds_per_token: float) -> int:
         """Prefill left in the queue at ``now``."""
-        if self._queued <= 0:
+        if not self._queued:
             return 0
         drained = self._drained + max(0.0, now - self._stamp) / seconds_per_token
         return int(max(0.0, self._queued - drained))
 
-    def add(self, tokens: int, now: float, seconds_per_token: float) -> int:
-        """A request with ``tokens`` to prefill joins the back; returns the work ahead of it."""
+    def add(self, tokens: int, now: float, seconds_per_token: float) -> tuple[int, int]:
+        """A request with ``tokens`` to prefill joins the back: its ticket, and the work
+        ahead of it."""
         ahead = self.tokens(now, seconds_per_token)
         self._advance(now, seconds_per_token)
+        ticket = self._next
+        self._next += 1
+        self._entries[ticket] = tokens
         self._queued += tokens
-        self.requests += 1
-        return ahead
+        return ticket, ahead
 
-    def settle(self, tokens: int, now: float, seconds_per_token: float) -> None:
-        """A request's prefill was confirmed, or it left unconfirmed: its tokens go."""
+    def settle(self, ticket: int, now: float, seconds_per_token: float,
+               confirmed: bool) -> None:
+        """The request's prefill is over: ``confirmed`` (its first token came, so the
+        replica is at least this far along the FIFO), or it left without one."""
+        tokens = self._entries.get(ticket)
+        if tokens is None:
+            return
         self._advance(now, seconds_per_token)
-        spent = min(self._drained, float(tokens))
-        self._drained -= spent
-        self._queued = max(0.0, self._queued - tokens)
-        self._drained = min(self._drained, self._queued)
-        self.requests = max(0, self.requests - 1)
+        ahead = 0
+        for earlier, count in self._entries.items():
+            if earlier == ticket:
+                break
+            ahead += count
+        if confirmed:
+            self._drained = max(self._drained, float(ahead + tokens))
+        # of the drain so far, what fell on this request's place in the FIFO goes with it
+        self._drained -= min(max(0.0, self._drained - ahead), float(tokens))
+        del self._entries[ticket]
+        self._queued -= tokens
+        self._drained = min(self._drained, float(self._queued))
 
     def _advance(self, now: float, seconds_per_token: float) -> None:
-        if self._queued > 0:
-            self._drained = min(self._queued, self._drained
+        if self._queued:
+            self._drained = min(float(self._queued), self._drained
                                 + max(0.0, now - self._stamp) / seconds_per_token)
         else:
             self._drained = 0.0

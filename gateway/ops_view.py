@@ -158,10 +158,11 @@ class OpsView:
 
 def _pending(pool: ReplicaPool, replica: Replica) -> dict[str, Any]:
     """The gateway's requests there not yet prefilled, their prefill left, and the
-    replica's measured prefill speed (``engine.prefill``)."""
+    replica's prefill speed as its times to first token say (``engine.slow``)."""
     requests, tokens = pool.pending_prefill(replica.id)
+    speed = replica.measured_seconds_per_token
     return {"pending_requests": requests, "pending_prefill_tokens": tokens,
-            "prefill_tokens_per_s": _round(1.0 / replica.seconds_per_token, 0)}
+            "prefill_tokens_per_s": _round(1.0 / speed, 0) if speed else None}
 
 
 def _rates(totals: Totals, suffix: str) -> dict[str, Any]:

@@ -215,7 +215,8 @@ class Proxy:
                 guard: RequestGuard) -> Response | RelayStream:
         """What the client gets from the replica that answered (which closes its breaker)."""
         replica_id = attempt.replica_id
-        self.pool.report_first_byte(lease, answer.ttft)
+        self.pool.report_first_byte(lease, answer.ttft,
+                                    prefilled=answer.upstream.status_code == 200)
         upstream, outcome = answer.upstream, exchange.outcome
         if upstream.status_code == 200:
             attempt.answered()

@@ -1,4 +1,4 @@
-"""A replica's unconfirmed prefill: a virtual FIFO draining at the replica's speed."""
+"""A replica's unconfirmed prefill: a FIFO drained at an assumed speed, caught up by first tokens."""
 
 from __future__ import annotations
 
@@ -9,39 +9,44 @@ SPEED = 1e-3  # seconds per token: 1,000 tokens a second
 
 def test_work_ahead_is_what_was_sent_and_not_yet_drained() -> None:
     queue = PrefillQueue()
-    assert queue.add(1000, 0.0, SPEED) == 0
-    assert queue.add(1000, 0.0, SPEED) == 1000      # a burst: the second waits for the first
+    assert queue.add(1000, 0.0, SPEED)[1] == 0
+    assert queue.add(1000, 0.0, SPEED)[1] == 1000   # a burst: the second waits for the first
     assert queue.tokens(0.0, SPEED) == 2000 and queue.requests == 2
     assert queue.tokens(0.5, SPEED) == 1500         # half a second at 1,000 tokens/s
     assert queue.tokens(5.0, SPEED) == 0            # the estimate never goes below zero
 
 
-def test_a_confirmation_takes_its_request_out_and_keeps_the_others() -> None:
+def test_a_first_token_says_everything_sent_before_it_is_prefilled() -> None:
     queue = PrefillQueue()
+    tickets = [queue.add(1000, 0.0, SPEED)[0] for _ in range(4)]
+    queue.settle(tickets[2], 0.1, SPEED, confirmed=True)   # the replica is faster than assumed
+    assert queue.tokens(0.1, SPEED) == 1000                # only the fourth is left
+    assert queue.requests == 3                             # the first two not settled yet
+    queue.settle(tickets[0], 0.1, SPEED, confirmed=True)   # their own news changes nothing
+    queue.settle(tickets[1], 0.1, SPEED, confirmed=True)
+    assert queue.tokens(0.1, SPEED) == 1000 and queue.requests == 1
+    queue.settle(tickets[3], 0.2, SPEED, confirmed=True)
+    assert queue.tokens(0.2, SPEED) == 0 and queue.requests == 0
+
+
+def test_a_request_that_leaves_unconfirmed_takes_only_its_own_place() -> None:
+    queue = PrefillQueue()
+    first, _ = queue.add(1000, 0.0, SPEED)
+    second, _ = queue.add(1000, 0.0, SPEED)
     queue.add(1000, 0.0, SPEED)
-    queue.add(1000, 0.0, SPEED)
-    queue.settle(1000, 0.2, SPEED)                  # the first confirmed sooner than estimated
-    assert queue.tokens(0.2, SPEED) == 1000         # the second is all still to do
+    queue.settle(second, 0.5, SPEED, confirmed=False)      # the drain was within the first
+    assert queue.tokens(0.5, SPEED) == 1500
+    queue.settle(first, 1.5, SPEED, confirmed=False)       # the drain had passed it: 500 on
+    assert queue.tokens(1.5, SPEED) == 500
+    queue.settle(first, 1.5, SPEED, confirmed=True)        # settled twice: no-op
     assert queue.requests == 1
-    queue.settle(1000, 0.3, SPEED)
-    assert queue.tokens(0.3, SPEED) == 0 and queue.requests == 0
-
-
-def test_a_late_confirmation_does_not_take_out_more_than_it_brought() -> None:
-    queue = PrefillQueue()
-    for _ in range(3):
-        queue.add(1000, 0.0, SPEED)
-    queue.settle(1000, 1.5, SPEED)                  # estimate: 1,500 drained, 500 of the second
-    assert queue.tokens(1.5, SPEED) == 1500
-    queue.add(200, 1.5, SPEED)
-    assert queue.tokens(1.5, SPEED) == 1700
 
 
 def test_an_idle_queue_does_not_bank_drain_for_later() -> None:
     queue = PrefillQueue()
-    queue.add(100, 0.0, SPEED)
-    queue.settle(100, 0.05, SPEED)
-    assert queue.add(1000, 10.0, SPEED) == 0
+    ticket, _ = queue.add(100, 0.0, SPEED)
+    queue.settle(ticket, 0.05, SPEED, confirmed=True)
+    assert queue.add(1000, 10.0, SPEED)[1] == 0
     assert queue.tokens(10.0, SPEED) == 1000
 
 
