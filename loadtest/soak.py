@@ -271,7 +271,7 @@ def report(result: dict[str, Any]) -> str:
          str(w.get("loop_lag_over_0.05", "-")), str(w.get("loop_lag_over_0.25", "-")),
          json.dumps(w["attack"]) if w["attack"] else "-"]
         for name, w in (("idle", result["idle"]), ("hostile template + 8 MB prompts",
-                                                   result["under_attack"]))])
+                                                   result["under_attack"])) if w["n"]])
     return (f"{result['requests']} requests in {result['soak_seconds']} s, errors "
             f"{result['soak_errors'] or 0}; {result['streams']['streams']} concurrent streams "
             f"in {result['streams']['seconds']} s, errors {result['streams']['errors'] or 0}\n\n"
