@@ -171,10 +171,10 @@ def serve(argv: Sequence[str]) -> int:
 
 
 COMMANDS: tuple[tuple[str, Callable[[Sequence[str]], int], str], ...] = (
-    ("serve", lambda argv: serve(argv), "run the gateway in front of vLLM replicas"),
+    ("serve", serve, "run the gateway in front of vLLM replicas"),
     ("demo", demo_main, "a prefix-cache hit and what breaks it, live"),
     ("lint", lint_main, "find what in prompt files breaks prefix caching"),
-    ("sim", sim_main, "run one simulated vLLM replica (no GPU, no model)"),
+    ("sim", lambda argv: sim_main(list(argv)), "run one simulated vLLM replica (no GPU, no model)"),
     ("plan", plan_main, "KV-cache capacity per GPU for a model and KV dtype"),
     ("kv-quality", kv_quality_main, "quality gate for a quantized KV cache"),
     ("profiles", profiles_main, "named vLLM launch profiles"),
