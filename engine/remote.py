@@ -31,6 +31,15 @@ from .errors import ReplicaStreamBroken, ReplicaTimeout, ReplicaUnavailable, Rep
 _READ_CHUNK = 65536
 
 
+def _unreached(replica_id: str, attempt: int, message: str) -> ReplicaUnavailable:
+    """A connection that could not be made. On the first attempt the request never
+    arrived; on the second, the first attempt's connection was dropped after the
+    request went out on it, so it may have arrived (and been what took the replica down)."""
+    if attempt == 1:
+        return ReplicaUnreachable(replica_id, message)
+    return ReplicaUnavailable(replica_id, f"the connection dropped, then {message}")
+
+
 class RemoteBackend:
     def __init__(self, replica_id: str, base_url: str, timeouts: Timeouts,
                  max_connections: int = 1000, api_key: str | None = None) -> None:
@@ -75,12 +84,12 @@ class RemoteBackend:
                     response = await session.request(method, url, data=body or None, headers=out)
                 break
             except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
-                raise ReplicaUnreachable(self.replica_id, "cannot connect: timed out") from None
+                raise _unreached(self.replica_id, attempt, "cannot connect: timed out") from None
             except TimeoutError:
                 raise ReplicaTimeout(self.replica_id,
                                      "no status line before the response timeout") from None
             except aiohttp.ClientConnectorError as exc:
-                raise ReplicaUnreachable(self.replica_id, f"cannot connect: {exc}") from None
+                raise _unreached(self.replica_id, attempt, f"cannot connect: {exc}") from None
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if attempt == 2:  # a fresh connection failed too: the replica is in trouble
                     raise ReplicaUnavailable(self.replica_id,

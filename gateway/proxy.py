@@ -14,6 +14,12 @@ replica that stopped with no sign of life since this request arrived may
 have been stopped *by* it (a request that hangs or crashes the engine):
 retried, it would take down every replica it is sent to, so it is answered
 with an error at once and counted (``prefixgate_requests_not_retried_total``).
+A request that got no first byte in time is never retried either: if the
+replica served others meanwhile the request is what is stuck, and the
+replica stays in rotation; if it did not, the replica leaves rotation only
+when other requests are stuck there too (one stuck request on an idle
+replica is the request's; a wedged engine stops them all), and the health
+probes judge the rest (``_after_failure``'s table).
 Fallbacks that left rotation since the decision are skipped. After the
 first byte nothing is retried: a broken stream ends with an error event
 (see ``streaming``).
@@ -105,10 +111,16 @@ class _FirstByteWatch:
         self._handle.cancel()
 
 
-def _held_failure(replica_id: str, exc: EngineError) -> UpstreamFailed | UpstreamTimeout:
-    message = (f"replica {replica_id} failed while holding this request ({exc.detail}), "
-               "with no progress since it arrived; it is not retried on another replica, "
-               "where a request that stops a replica would stop that one too")
+def _held_failure(replica_id: str, exc: EngineError,
+                  worked: bool) -> UpstreamFailed | UpstreamTimeout:
+    if worked:  # a timeout while the replica served others
+        message = (f"replica {replica_id} served other requests but did not start this one "
+                   f"({exc.detail}); it is not retried on another replica, where it would "
+                   "most likely wait the same")
+    else:
+        message = (f"replica {replica_id} failed while holding this request ({exc.detail}), "
+                   "with no progress since it arrived; it is not retried on another "
+                   "replica, where a request that stops a replica would stop that one too")
     return UpstreamTimeout(message) if isinstance(exc, ReplicaTimeout) else UpstreamFailed(message)
 
 
@@ -165,14 +177,8 @@ class Proxy:
             except EngineError as exc:
                 stack.close()
                 last_error = exc
-                self.pool.report_failure(replica_id, exc.detail)
-                if not isinstance(exc, ReplicaUnreachable) and not self.pool.worked_after(lease):
-                    self.metrics.not_retried.labels(replica_id).inc()
-                    log.warning("not retried elsewhere: %s failed holding the request, with "
-                                "no progress since it arrived (%s)", replica_id, exc.detail)
-                    raise _held_failure(replica_id, exc) from None
-                self.metrics.failovers.labels(replica_id).inc()
-                log.warning("failover from %s: %s", replica_id, exc.detail)
+                if not self._after_failure(replica_id, lease, exc):
+                    raise _held_failure(replica_id, exc, self.pool.worked_after(lease)) from None
                 continue
             except BaseException:
                 stack.close()
@@ -182,6 +188,41 @@ class Proxy:
         if isinstance(last_error, ReplicaTimeout):
             raise UpstreamTimeout(f"replica timed out: {message}")
         raise UpstreamFailed(f"all {outcome.attempts} replica(s) tried failed; last: {message}")
+
+    def _after_failure(self, replica_id: str, lease: Lease, exc: EngineError) -> bool:
+        """Whose failure it was, told to the pool; whether to try the next replica.
+
+        ======================  ===================================  ===================
+        failure                 the replica made progress after the  it did not
+                                request arrived
+        ======================  ===================================  ===================
+        unreachable             (never arrived) breaker opens, next
+        no first byte in time   it serves others, not this one: the  breaker opens only
+                                request's doing, answered (504)      if others are stuck
+                                                                     there too; answered
+        dropped, left rotation  a bystander of a dying replica:      breaker opens;
+                                breaker opens, next                  answered (502)
+        ======================  ===================================  ===================
+        """
+        if isinstance(exc, ReplicaUnreachable):
+            self.pool.report_failure(replica_id, exc.detail)
+            self.metrics.failovers.labels(replica_id).inc()
+            log.warning("failover from %s: %s", replica_id, exc.detail)
+            return True
+        worked = self.pool.worked_after(lease)
+        if isinstance(exc, ReplicaTimeout):
+            if not worked and self.pool.pending_prefill(replica_id)[0] > 0:
+                self.pool.report_failure(replica_id, exc.detail)  # stuck with others: wedged
+        else:
+            self.pool.report_failure(replica_id, exc.detail)
+            if worked:
+                self.metrics.failovers.labels(replica_id).inc()
+                log.warning("failover from %s: %s", replica_id, exc.detail)
+                return True
+        self.metrics.not_retried.labels(replica_id).inc()
+        log.warning("not retried elsewhere: %s failed holding the request (%s)",
+                    replica_id, exc.detail)
+        return False
 
     async def _attempt(self, exchange: Exchange, replica_id: str) -> _Answer:
         """Send to one replica and wait for the first byte: a stream's status line and

@@ -256,14 +256,6 @@ def hanging_fleet() -> Iterator[tuple[httpx.Client, Cases]]:
             gateway.stop()
 
 
-SPREADS = pytest.mark.xfail(strict=True, reason=(
-    "issue 29 item 1, what is left: a request that hangs on a replica takes that replica out "
-    "of rotation when its deadline passes (no status line before the response timeout), "
-    "though the replica's /health answers, so a few heavy requests in a row take the whole "
-    "fleet out (the next request: 503 no_healthy_replica)"))
-
-
-@SPREADS
 @settings(parent=fuzz(HEAVY_CASES), phases=(Phase.explicit, Phase.generate))
 @given(data=st.data())
 def test_heavy_requests_against_sims_that_hang_on_them(

@@ -1,0 +1,65 @@
+"""One request that stops the replica holding it must not take down the fleet.
+
+Simulated replicas told that a chat with ``n`` over a limit is a query of
+death (``engine.sim.faults``): it kills the process holding it. Retrying such a request on
+the next replica, and the next, used to take every replica down with it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import openai
+import pytest
+
+from tests.support.gateway import GatewayProcess
+from tests.support.waiting import wait_until
+
+from .conftest import MODEL, gateway_settings, running_sims, sim_args
+
+DEATH = {"role": "user", "content": "give me a billion answers"}
+
+
+def healthy(gw: GatewayProcess) -> dict[str, bool]:
+    text = httpx.get(gw.url + "/metrics").text
+    found = re.findall(r'^prefixgate_replica_healthy\{replica="([^"]+)"\} (\S+)$', text, re.MULTILINE)
+    return {replica: float(value) == 1.0 for replica, value in found}
+
+
+def not_retried(gw: GatewayProcess) -> float:
+    text = httpx.get(gw.url + "/metrics").text
+    return sum(float(v) for v in re.findall(
+        r'^prefixgate_requests_not_retried_total\{replica="[^"]+"\} (\S+)$', text, re.MULTILINE))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_query_of_death_that_crashes_its_replica_costs_that_replica_only(stream: bool) -> None:
+    """The replica dies holding the request (its connection reset; the gateway's pooled
+    connection, then a fresh one refused). A wedged replica: test_fuzz's own case."""
+    with running_sims([sim_args(i, "--crash-on", "n>8") for i in range(3)]) as sims:
+        gw = GatewayProcess(gateway_settings(sims, policy="prefix",
+                                             timeouts={"probe": 0.5})).start()
+        try:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0,
+                                   timeout=60)
+            with pytest.raises(openai.APIStatusError) as caught:
+                answer = client.chat.completions.create(
+                    model=MODEL, messages=[DEATH], n=1_000_000_000, max_tokens=4,
+                    stream=stream)
+                if stream:
+                    list(answer)  # type: ignore[arg-type]
+            assert caught.value.status_code in (502, 504)
+            assert "not retried on another replica" in caught.value.message
+            wait_until(lambda: list(healthy(gw).values()).count(False) == 1, 15, "one replica out")
+            assert not_retried(gw) == 1
+            # the fleet goes on serving, on the replicas the request did not reach
+            assert httpx.get(gw.url + "/ready").status_code == 200
+            for i in range(6):
+                reply = client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": f"hello {i}"}],
+                    max_tokens=4)
+                assert reply.choices[0].message.content is not None
+            assert sum(healthy(gw).values()) == 2
+        finally:
+            gw.stop()
