@@ -8,10 +8,18 @@
 # Two stages: the build stage has gcc for policies/_blocktable.c (the compiled block
 # table; setup.py falls back to the pure-Python one if the compiler is missing) and
 # leaves a self-contained venv; the runtime stage copies only that venv.
+#
+# BASE is any Debian-based image with Python 3.11 as `python` (and its venv module);
+# CI builds one from Debian's packages with mmdebstrap, where no registry can be
+# pulled from, and builds this file with buildah (scripts/test-image.sh).
+ARG BASE=python:3.11-slim
 
-FROM python:3.11-slim AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+FROM ${BASE} AS build
+# Python's headers too where the base lacks them (Debian's python3 without python3-dev).
+RUN headers=$(python -c "import os, sysconfig; print('' if os.path.exists(os.path.join(\
+sysconfig.get_paths()['include'], 'Python.h')) else 'python3-dev')") \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev $headers \
     && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/prefixgate
 WORKDIR /src
@@ -20,11 +28,17 @@ COPY gateway ./gateway
 COPY engine ./engine
 COPY policies ./policies
 COPY loadtest ./loadtest
-RUN /opt/prefixgate/bin/pip install --no-cache-dir .
-RUN /opt/prefixgate/bin/python -c "import policies._blocktable" \
+# WHEELS: a folder of the build context holding every wheel the install needs (setuptools
+# included), for a build that cannot reach PyPI (scripts/test-image.sh); empty: PyPI.
+ARG WHEELS=""
+RUN --mount=type=bind,target=/context \
+    /opt/prefixgate/bin/pip install --no-cache-dir \
+        ${WHEELS:+--no-index --find-links /context/$WHEELS} .
+# (from /, not /src: there the source tree, without the built module, would be imported)
+RUN cd / && /opt/prefixgate/bin/python -c "import policies._blocktable" \
     || echo "prefixgate: no compiled block table, the pure-Python one serves"
 
-FROM python:3.11-slim
+FROM ${BASE}
 RUN groupadd --gid 10001 prefixgate \
     && useradd --uid 10001 --gid 10001 --home-dir /home/prefixgate --create-home prefixgate
 COPY --from=build /opt/prefixgate /opt/prefixgate

