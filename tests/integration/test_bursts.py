@@ -153,7 +153,11 @@ def test_conversations_that_share_a_system_prompt_spread() -> None:
     with running_sims([sim_args(i, "--time-scale", "1") for i in range(4)]) as sims:
         served, homes = _conversations(sims)
     counts = [served.get(f"s{i}", 0) for i in range(len(sims))]
-    assert min(counts) > 0 and max_over_mean(counts) <= 1.6, counts
+    # Every replica takes conversations (learning a prompt as cached when sent put them
+    # all on 2 of 4). Not evenly: 12 conversations are light load, under the bounded
+    # load's floor of 8, and first turns arriving after the system prompt's prefill join
+    # the replica holding it.
+    assert min(counts) > 0 and max_over_mean(counts) <= 2.0, counts
     # later turns follow their own history
     assert sum(len(replicas) == 1 for replicas in homes.values()) >= 10, homes
 
