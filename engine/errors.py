@@ -10,11 +10,11 @@
     └── ReplicaStreamBroken     the replica failed after bytes were sent
 
 Which failures the proxy retries on another replica is its decision
-(``gateway.proxy``): an unreachable replica never saw the request, but one
+(``gateway.request.proxy``): an unreachable replica never saw the request, but one
 that failed while holding it may have failed *because* of it.
 
-The HTTP libraries' exceptions are translated where they enter (``engine.remote``
-for aiohttp, ``engine.httpx_backend`` for httpx); nothing above this layer
+The HTTP libraries' exceptions are translated where they enter (``engine.backends.remote``
+for aiohttp, ``engine.backends.httpx_client`` for httpx); nothing above this layer
 sees their types.
 """
 

@@ -92,6 +92,7 @@ import zmq
 import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
+from engine.tasks import cancel
 from policies.events import (
     AllBlocksCleared,
     BlockRemoved,
@@ -100,8 +101,6 @@ from policies.events import (
     EventBatch,
     KVEvent,
 )
-
-from .tasks import cancel
 
 logger = logging.getLogger(__name__)
 

@@ -17,20 +17,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.sim.cli import main as sim_main
-
-from .api import gateway_version
-from .app import create_app
-from .auth import exposure_warning
-from .config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
-from .demo_cli import main as demo_main
-from .embedded import EmbeddedUnavailable, embedded_replicas
-from .kv_plan_cli import main as plan_main
-from .kv_quality_cli import main as kv_quality_main
-from .lint_cli import main as lint_main
-from .listen import ListenError, bind_listener
-from .profiles_cli import main as profiles_main
-from .server import serve_app
-from .tokenizer_source import configured_folder_problem
+from gateway.auth.keys import exposure_warning
+from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from gateway.demo_cli import main as demo_main
+from gateway.kv.plan_cli import main as plan_main
+from gateway.kv.profiles_cli import main as profiles_main
+from gateway.kv.quality_cli import main as kv_quality_main
+from gateway.lint.cli import main as lint_main
+from gateway.prompt.tokenizer_source import configured_folder_problem
+from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
+from gateway.server.app import create_app
+from gateway.server.http import serve_app
+from gateway.server.listen import ListenError, bind_listener
+from gateway.version import gateway_version
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -164,7 +163,7 @@ def serve(argv: Sequence[str]) -> int:
             return 2
         # A SIGTERM before the server runs exits through the ExitStack (which
         # stops the embedded replicas); once it runs, the server drains on it
-        # and returns (gateway.server).
+        # and returns (gateway.server.http).
         signal.signal(signal.SIGTERM, _exit_on_signal)
         serve_app(app, settings)
     return 0

@@ -22,10 +22,10 @@ from pydantic import (
     model_validator,
 )
 
-from engine.backend import Timeouts
-from engine.breaker import BreakerSettings
-from engine.pool import FAIL_THRESHOLD
-from engine.slow import SlowSettings
+from engine.backends.base import Timeouts
+from engine.pool.breaker import BreakerSettings
+from engine.pool.replicas import FAIL_THRESHOLD
+from engine.pool.slow import SlowSettings
 
 _TIMEOUTS = Timeouts()
 _BREAKER = BreakerSettings()
@@ -41,7 +41,7 @@ class Strict(BaseModel):
 
 
 class TimeoutSettings(Strict):
-    """Per replica; the defaults are ``engine.backend.Timeouts``'."""
+    """Per replica; the defaults are ``engine.backends.base.Timeouts``'."""
 
     connect: float = Field(_TIMEOUTS.connect, gt=0)
     """Seconds to open a connection; past it the next replica is tried and this one's breaker
@@ -64,7 +64,7 @@ class TimeoutSettings(Strict):
 
 
 class SlowReplicaSettings(Strict):
-    """A replica much slower than its peers leaves rotation (``engine.breaker``)."""
+    """A replica much slower than its peers leaves rotation (``engine.pool.breaker``)."""
 
     enabled: bool = _SLOW.enabled
     """Take a replica much slower than its peers out of rotation (reason ``slow``); ``false``
@@ -84,7 +84,7 @@ class SlowReplicaSettings(Strict):
 
 
 class BreakerSettingsModel(Strict):
-    """Each replica's circuit breaker (``engine.breaker``)."""
+    """Each replica's circuit breaker (``engine.pool.breaker``)."""
 
     cooldown: float = Field(_BREAKER.cooldown, gt=0)
     """Seconds an open breaker waits before one trial (half-open)."""
@@ -93,7 +93,7 @@ class BreakerSettingsModel(Strict):
 
 
 class ServerSettings(Strict):
-    """The HTTP server's protection against slow and idle clients (``gateway.server``)."""
+    """The HTTP server's protection against slow and idle clients (``gateway.server.http``)."""
 
     header_timeout: float = Field(10.0, gt=0)
     """Seconds from a connection (or the end of its last answer's request) until a
@@ -179,7 +179,7 @@ class VllmSettings(Strict):
 
 
 class CapacitySettings(Strict):
-    """A replica's KV capacity from ``prefixgate plan``'s arithmetic (``gateway.kv_plan``),
+    """A replica's KV capacity from ``prefixgate plan``'s arithmetic (``gateway.kv.plan``),
     for a replica that publishes none (no ``num_gpu_blocks`` in ``vllm:cache_config_info``).
     What the replica publishes always wins."""
 
@@ -252,7 +252,7 @@ class DiscoveredKVEvents(Strict):
 
 
 class ReplicaSource(Strict):
-    """Replicas from DNS (``engine.discovery``): every address ``dns`` resolves to is a
+    """Replicas from DNS (``engine.pool.discovery``): every address ``dns`` resolves to is a
     replica (a Kubernetes headless Service: one per ready pod), re-resolved every
     ``health_interval``; addresses that appear join, those that vanish drain and leave."""
 
@@ -453,7 +453,7 @@ class Settings(Strict):
     lint: LintSettings = Field(default_factory=LintSettings)
     """The prompt linter in live traffic."""
     api_keys: str | None = None
-    """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth``).
+    """YAML file of client keys, tenants and limits (``--api-keys``; ``gateway.auth.keys``).
     Unset: no client authentication, every route open."""
     api_keys_reload_seconds: float = Field(1.0, gt=0)
     """How often the key file is checked for changes."""
@@ -465,7 +465,7 @@ class Settings(Strict):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     """What one request may cost routing, and what the prompt memos may hold."""
     redis_url: str | None = None
-    """Shared routing state with the other gateway instances (``gateway.fleet_sync``):
+    """Shared routing state with the other gateway instances (``gateway.fleet.sync``):
     ``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS. Unset: this instance
     routes on what it learns alone."""
     redis_key_prefix: str = Field("prefixgate:", min_length=1)

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from .jsonresp import JSONResponse
+from gateway.jsonresp import JSONResponse
 
 log = logging.getLogger("prefixgate.errors")
 

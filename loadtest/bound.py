@@ -21,11 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.tokenizer import Renderer, load_renderer
+from loadtest.driver import SentPrompt
 from policies.hashing import block_hashes, chain_seed
 from policies.simulate import ReplayReplica, SimRequest, ideal_bound
 from policies.types import RouteRequest
-
-from .driver import SentPrompt
 
 
 def _bound(prompts: Sequence[tuple[float, list[int]]], capacity_blocks: int,

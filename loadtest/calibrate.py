@@ -42,18 +42,17 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-from engine.vllm_local import ReplicaStartError, VllmCpuSetup
-
-from .calibration.compare import compare
-from .calibration.cpu import CoreMeter
-from .calibration.model import StepShape, diagnostic_fits, fit, refine
-from .calibration.points import summarise
-from .calibration.probes import ProbeError, ProbePlan, ProbeResults, probe_server
-from .calibration.report import markdown_report, plot, to_json, write_json
-from .calibration.result import Calibration, SimRound
-from .calibration.targets import EngineLimits, Target, sim_target, url_target, vllm_target
-from .machine import machine_info
-from .processes import StartError
+from engine.vllm.local import ReplicaStartError, VllmCpuSetup
+from loadtest.calibration.compare import compare
+from loadtest.calibration.cpu import CoreMeter
+from loadtest.calibration.model import StepShape, diagnostic_fits, fit, refine
+from loadtest.calibration.points import summarise
+from loadtest.calibration.probes import ProbeError, ProbePlan, ProbeResults, probe_server
+from loadtest.calibration.report import markdown_report, plot, to_json, write_json
+from loadtest.calibration.result import Calibration, SimRound
+from loadtest.calibration.targets import EngineLimits, Target, sim_target, url_target, vllm_target
+from loadtest.machine import machine_info
+from loadtest.processes import StartError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "loadtest" / "results" / "calibration.json"

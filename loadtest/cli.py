@@ -23,19 +23,19 @@ from pathlib import Path
 
 import httpx
 
-from .compare import compare_command
-from .loop import run
-from .machine import machine_info
-from .measure import RunLimits, RunTarget, measure
-from .overhead import overhead_command
-from .plots import write_plots
-from .report import write_outputs
-from .results import ContenderResult
-from .vllm_bench import add_parser as add_vllm_bench_parser
-from .vllm_bench import vllm_bench_command
-from .vllm_fleet import VLLM_CPU_MODELS
-from .workloads.mooncake import repo_root
-from .workloads.registry import (
+from loadtest.compare import compare_command
+from loadtest.loop import run
+from loadtest.machine import machine_info
+from loadtest.measure import RunLimits, RunTarget, measure
+from loadtest.overhead import overhead_command
+from loadtest.plots import write_plots
+from loadtest.report import write_outputs
+from loadtest.results import ContenderResult
+from loadtest.vllm_bench import add_parser as add_vllm_bench_parser
+from loadtest.vllm_bench import vllm_bench_command
+from loadtest.vllm_fleet import VLLM_CPU_MODELS
+from loadtest.workloads.mooncake import repo_root
+from loadtest.workloads.registry import (
     add_workload_arguments,
     build_workload,
     workload_overrides,

@@ -31,21 +31,21 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .bound import ideal_hit_rate
-from .contenders import ContenderSpec, ContenderUnavailable, all_contenders, launch
-from .fleet import Fleet, SimFleet, StartedFleet, parse_replicas
-from .loop import loop_name, run
-from .machine import machine_info
-from .measure import MeasuredRun, RunLimits, RunTarget, measure
-from .plots import write_plots
-from .processes import ServiceGroup
-from .report import write_outputs
-from .results import ContenderResult
-from .sims import SimFleetSpec
-from .vllm_fleet import VllmCpuFleet
-from .workloads.base import Workload
-from .workloads.mooncake import repo_root
-from .workloads.registry import build_workload, workload_overrides
+from loadtest.bound import ideal_hit_rate
+from loadtest.contenders import ContenderSpec, ContenderUnavailable, all_contenders, launch
+from loadtest.fleet import Fleet, SimFleet, StartedFleet, parse_replicas
+from loadtest.loop import loop_name, run
+from loadtest.machine import machine_info
+from loadtest.measure import MeasuredRun, RunLimits, RunTarget, measure
+from loadtest.plots import write_plots
+from loadtest.processes import ServiceGroup
+from loadtest.report import write_outputs
+from loadtest.results import ContenderResult
+from loadtest.sims import SimFleetSpec
+from loadtest.vllm_fleet import VllmCpuFleet
+from loadtest.workloads.base import Workload
+from loadtest.workloads.mooncake import repo_root
+from loadtest.workloads.registry import build_workload, workload_overrides
 
 
 def fleet_spec(replicas: str, replica_args: str) -> SimFleetSpec:

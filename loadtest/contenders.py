@@ -44,9 +44,8 @@ from pathlib import Path
 import yaml
 
 from gateway.config import ReplicaSettings, Settings
-
-from .peer_ready import PeerNotReady, wait_all_workers
-from .peers import (
+from loadtest.peer_ready import PeerNotReady, wait_all_workers
+from loadtest.peers import (
     SGLANG_ROUTER,
     VLLM_ROUTER,
     PeerUnavailable,
@@ -54,8 +53,8 @@ from .peers import (
     sglang_router_argv,
     vllm_router_argv,
 )
-from .processes import Service, ServiceGroup, StartError, free_port
-from .sims import SimReplica
+from loadtest.processes import Service, ServiceGroup, StartError, free_port
+from loadtest.sims import SimReplica
 
 PREFIXGATE_POLICIES = ("round_robin", "least_load", "chwbl", "prefix", "precise")
 VLLM_ROUTER_POLICIES = ("cache_aware", "kv_aware", "consistent_hash", "round_robin")

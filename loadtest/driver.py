@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .client import ChatCall, RequestRecord, StreamClient
-from .progress import Progress
-from .transcript import Transcript
-from .workloads.base import Conversation, Workload
+from loadtest.client import ChatCall, RequestRecord, StreamClient
+from loadtest.progress import Progress
+from loadtest.transcript import Transcript
+from loadtest.workloads.base import Conversation, Workload
 
 
 @dataclass(frozen=True, slots=True)

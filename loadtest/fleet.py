@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .processes import ServiceGroup
-from .sims import SimFleetSpec, SimReplica, reset_caches, start_sims
+from loadtest.processes import ServiceGroup
+from loadtest.sims import SimFleetSpec, SimReplica, reset_caches, start_sims
 
 REPLICA_KINDS = ("sim", "vllm-cpu")
 

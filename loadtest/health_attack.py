@@ -40,10 +40,10 @@ from typing import Any
 
 import httpx
 
-from .markdown import table, write
-from .processes import ServiceGroup, free_port
-from .sims import SimFleetSpec, start_sims
-from .soak import (
+from loadtest.markdown import table, write
+from loadtest.processes import ServiceGroup, free_port
+from loadtest.sims import SimFleetSpec, start_sims
+from loadtest.soak import (
     HOSTILE_TEMPLATE,
     MODEL,
     HealthProbe,

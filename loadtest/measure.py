@@ -21,12 +21,12 @@ from typing import TextIO
 
 import httpx
 
-from .client import LeanClient, OpenAIClient, StreamClient
-from .driver import DriveResult, drive
-from .progress import Progress
-from .replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
-from .split_client import SplitClient
-from .workloads.base import Workload
+from loadtest.client import LeanClient, OpenAIClient, StreamClient
+from loadtest.driver import DriveResult, drive
+from loadtest.progress import Progress
+from loadtest.replica_metrics import LoadSample, LoadSampler, ReplicaDelta, deltas, scrape_all
+from loadtest.split_client import SplitClient
+from loadtest.workloads.base import Workload
 
 
 @dataclass(frozen=True, slots=True)

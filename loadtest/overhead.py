@@ -65,22 +65,22 @@ from typing import Any
 
 import httpx
 
-from . import markdown
-from .contenders import ContenderSpec, launch
-from .driver import DriveResult
-from .histogram import beyond_buckets, delta, quantile, scrape_histograms
-from .loop import loop_name, run
-from .machine import machine_info
-from .measure import MeasuredRun, RunLimits, RunTarget, measure
-from .plots import ttft_cdf
-from .processes import Service, ServiceGroup, free_port
-from .results import ContenderResult
-from .sims import SimFleetSpec, reset_caches, start_sims
-from .summary import percentile
-from .workloads.base import Workload
-from .workloads.mooncake import repo_root
-from .workloads.shared_prefix import SharedPrefixParams
-from .workloads.shared_prefix import build as build_shared_prefix
+from loadtest import markdown
+from loadtest.contenders import ContenderSpec, launch
+from loadtest.driver import DriveResult
+from loadtest.histogram import beyond_buckets, delta, quantile, scrape_histograms
+from loadtest.loop import loop_name, run
+from loadtest.machine import machine_info
+from loadtest.measure import MeasuredRun, RunLimits, RunTarget, measure
+from loadtest.plots import ttft_cdf
+from loadtest.processes import Service, ServiceGroup, free_port
+from loadtest.results import ContenderResult
+from loadtest.sims import SimFleetSpec, reset_caches, start_sims
+from loadtest.summary import percentile
+from loadtest.workloads.base import Workload
+from loadtest.workloads.mooncake import repo_root
+from loadtest.workloads.shared_prefix import SharedPrefixParams
+from loadtest.workloads.shared_prefix import build as build_shared_prefix
 
 QUESTION_LEN = 128
 OVERHEAD_SERIES = "prefixgate_overhead_seconds"

@@ -20,7 +20,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 
-from .results import ContenderResult
+from loadtest.results import ContenderResult
 
 
 def _measured(results: Sequence[ContenderResult]) -> list[ContenderResult]:

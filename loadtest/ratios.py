@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import markdown
+from loadtest import markdown
 
 HEADER = ("workload", "contender", "hit rate", "x hit rate", "TTFT p50 ms", "x p50",
           "TTFT p99 ms", "x p99", "errors")

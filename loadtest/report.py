@@ -30,8 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from . import markdown
-from .results import ContenderResult
+from loadtest import markdown
+from loadtest.results import ContenderResult
 
 HEADER = ("contender", "hit rate", "of bound", "TTFT p50 ms", "TTFT p99 ms", "req/s",
           "max/mean load", "requests per replica", "errors")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from .measure import MeasuredRun
-from .summary import RunSummary, summarize
+from loadtest.measure import MeasuredRun
+from loadtest.summary import RunSummary, summarize
 
 
 @dataclass(frozen=True)

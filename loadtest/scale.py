@@ -50,14 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loadtest.machine import machine_info
+from loadtest.markdown import table
 from policies.base import Policy
 from policies.events import BlockStored
 from policies.hashing import block_hashes, chain_seed
 from policies.registry import default_registry
 from policies.types import ReplicaView, RouteRequest
-
-from .machine import machine_info
-from .markdown import table
 
 APP_BLOCKS = 512
 NEW_BLOCKS = 32

@@ -21,8 +21,7 @@ from pathlib import Path
 import httpx
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-
-from .processes import Service, ServiceGroup, free_port
+from loadtest.processes import Service, ServiceGroup, free_port
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,9 @@ import httpx
 import yaml
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-
-from .markdown import table, write
-from .processes import Service, ServiceGroup, free_port
-from .sims import SimFleetSpec, start_sims
+from loadtest.markdown import table, write
+from loadtest.processes import Service, ServiceGroup, free_port
+from loadtest.sims import SimFleetSpec, start_sims
 
 MODEL = "sim-model"
 HOSTILE_TEMPLATE = ("{% for i in range(8000) %}{% for j in range(8000) %}x{% endfor %}"

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 from collections.abc import Sequence
 
-from .client import ChatCall, ChatOutcome, Clock, StreamClient
+from loadtest.client import ChatCall, ChatOutcome, Clock, StreamClient
 
 
 class SplitClient:

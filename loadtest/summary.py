@@ -31,8 +31,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .measure import MeasuredRun
-from .workloads.burst import GROUP_PREFIX as BURST_GROUP
+from loadtest.measure import MeasuredRun
+from loadtest.workloads.burst import GROUP_PREFIX as BURST_GROUP
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

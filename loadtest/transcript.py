@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .client import ChatCall
-from .workloads.base import Conversation, Turn
+from loadtest.client import ChatCall
+from loadtest.workloads.base import Conversation, Turn
 
 SEPARATOR = "\n\n"
 

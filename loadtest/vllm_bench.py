@@ -37,16 +37,15 @@ from typing import Any
 
 import httpx
 
-from engine.vllm_local import VllmCpuSetup
-
-from . import markdown
-from .compare import build_fleet, select_contenders
-from .contenders import ContenderUnavailable, launch
-from .machine import machine_info
-from .measure import breaker_openings
-from .processes import ServiceGroup
-from .replica_metrics import ReplicaCounters, scrape_all
-from .workloads.mooncake import repo_root
+from engine.vllm.local import VllmCpuSetup
+from loadtest import markdown
+from loadtest.compare import build_fleet, select_contenders
+from loadtest.contenders import ContenderUnavailable, launch
+from loadtest.machine import machine_info
+from loadtest.measure import breaker_openings
+from loadtest.processes import ServiceGroup
+from loadtest.replica_metrics import ReplicaCounters, scrape_all
+from loadtest.workloads.mooncake import repo_root
 
 BENCH_MAIN = (
     "import sys\n"

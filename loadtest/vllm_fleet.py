@@ -1,6 +1,6 @@
 """Real vLLM-on-CPU replicas for ``python -m loadtest compare --replicas vllm-cpu:N``.
 
-The servers come from :mod:`engine.vllm_local` (the venv and model folders
+The servers come from :mod:`engine.vllm.local` (the venv and model folders
 that ``deploy/vllm-cpu/setup.sh`` caches): ``--vllm-model`` names the model
 folder, ``--vllm-blocks`` is each replica's ``--num-gpu-blocks-override``
 (KV blocks of 32 tokens; choose it so that all replicas together hold the
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.vllm_local import (
+from engine.vllm.local import (
     SETUP_STAMP_TEXT,
     LaunchSpec,
     LocalReplica,
@@ -43,11 +43,10 @@ from engine.vllm_local import (
     VllmCpuSetup,
     running_replicas,
 )
-
-from .fleet import StartedFleet
-from .replica_metrics import ReplicaCounters, parse_counters
-from .sims import SimReplica
-from .workloads.text import words
+from loadtest.fleet import StartedFleet
+from loadtest.replica_metrics import ReplicaCounters, parse_counters
+from loadtest.sims import SimReplica
+from loadtest.workloads.text import words
 
 VLLM_CPU_MODELS = ("qwen2-tiny", "qwen2-small", "smollm2-135m-instruct")
 CONTENDER_KV_TOPIC = "kv"

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .events import KVEventConsumer
-from .options import parse_options
-from .types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
+from policies.events import KVEventConsumer
+from policies.options import parse_options
+from policies.types import Decision, NoReplicaAvailable, ReplicaView, RouteRequest
 
 
 class Policy(Protocol):
@@ -50,7 +50,7 @@ class Policy(Protocol):
     def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
                      session_key: str | None, now: float) -> None:
         """Learn what another gateway instance sent to ``replica_id`` (shared routing
-        state, ``gateway.fleet_sync``): as ``prefilled``, at ``now`` on this policy's clock."""
+        state, ``gateway.fleet.sync``): as ``prefilled``, at ``now`` on this policy's clock."""
         ...
 
     def indexed_blocks(self, replica_id: str) -> int | None:

@@ -48,11 +48,11 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from .block_table_py import PyBlockTable
+from policies.block_table_py import PyBlockTable
 
 try:
-    from ._blocktable import MAX_SLOTS as _COMPILED_MAX_SLOTS
-    from ._blocktable import BlockTable as _CompiledBlockTable
+    from policies._blocktable import MAX_SLOTS as _COMPILED_MAX_SLOTS
+    from policies._blocktable import BlockTable as _CompiledBlockTable
 except ImportError:  # the extension was not built: the pure-Python table serves
     _CompiledBlockTable = None
     _COMPILED_MAX_SLOTS = 0

@@ -23,7 +23,7 @@ Algorithm, per request:
 4. ``forget_replica``: the replica went unhealthy; its index entries and
    sessions go (its pending prefixes leave with their own requests).
 5. ``learn_remote``: what ``prefilled`` learns, published by another gateway
-   instance (``gateway.fleet_sync``, shared routing state through Redis).
+   instance (``gateway.fleet.sync``, shared routing state through Redis).
 
 Why pending and confirmed are two states: learning a prompt only when its
 answer completes left a burst invisible (every request of a burst of one
@@ -73,16 +73,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .bounded_load import load_bound
-from .cost_scorer import CostConfig, CostScorer
-from .events import KVEventConsumer
-from .index import PrefixIndex
-from .options import parse_options
-from .pending import PendingPrefixes
-from .scoring import Candidates, Scorer
-from .sessions import SessionTable
-from .threshold_scorer import ThresholdConfig, ThresholdScorer
-from .types import Decision, ReplicaView, RouteRequest
+from policies.bounded_load import load_bound
+from policies.cost_scorer import CostConfig, CostScorer
+from policies.events import KVEventConsumer
+from policies.index import PrefixIndex
+from policies.options import parse_options
+from policies.pending import PendingPrefixes
+from policies.scoring import Candidates, Scorer
+from policies.sessions import SessionTable
+from policies.threshold_scorer import ThresholdConfig, ThresholdScorer
+from policies.types import Decision, ReplicaView, RouteRequest
 
 
 @dataclass(frozen=True)

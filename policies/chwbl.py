@@ -48,10 +48,10 @@ from typing import Any
 
 import xxhash
 
-from .base import LoadOnly, healthy
-from .bounded_load import load_bound
-from .options import parse_options
-from .types import Decision, ReplicaView, RouteRequest
+from policies.base import LoadOnly, healthy
+from policies.bounded_load import load_bound
+from policies.options import parse_options
+from policies.types import Decision, ReplicaView, RouteRequest
 
 
 @dataclass(frozen=True)

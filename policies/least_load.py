@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .base import LoadOnly, healthy
-from .types import Decision, ReplicaView, RouteRequest
+from policies.base import LoadOnly, healthy
+from policies.types import Decision, ReplicaView, RouteRequest
 
 
 class LeastLoad(LoadOnly):

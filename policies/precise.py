@@ -9,7 +9,7 @@ not matter). ``record`` marks the routed blocks as *speculatively* present on
 the chosen replica for a short TTL, so a burst of requests sharing a new
 prefix stays together until the engine's events confirm the blocks.
 
-Wiring (the gateway, ``gateway.kv_feed``): for each replica,
+Wiring (the gateway, ``gateway.replicas.kv_feed``): for each replica,
 ``event_consumer().set_model(replica_id, model)`` once its model is known,
 then ``apply_events(replica_id, batch)`` for every decoded
 :class:`~policies.events.EventBatch`; ``forget_replica`` when the replica goes
@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .cache_aware import CacheAwarePolicy, parse_options_of
-from .precise_index import PreciseIndex
+from policies.cache_aware import CacheAwarePolicy, parse_options_of
+from policies.precise_index import PreciseIndex
 
 NAME = "precise"
 

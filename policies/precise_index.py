@@ -70,9 +70,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .block_table import BlockTable, BlockTableFactory, ReplicaSlots, default_tables
-from .events import AllBlocksCleared, BlockRemoved, BlockStored, EngineHash, EventBatch, KVEvent
-from .hashing import chain_seed, extend
+from policies.block_table import BlockTable, BlockTableFactory, ReplicaSlots, default_tables
+from policies.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    EngineHash,
+    EventBatch,
+    KVEvent,
+)
+from policies.hashing import chain_seed, extend
 
 _ACCEPTED_MEDIA = frozenset({"GPU"})
 

@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .cache_aware import CacheAwarePolicy, parse_options_of
-from .prefix_index import ApproximatePrefixIndex
+from policies.cache_aware import CacheAwarePolicy, parse_options_of
+from policies.prefix_index import ApproximatePrefixIndex
 
 NAME = "prefix"
 

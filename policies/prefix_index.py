@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .block_table import BlockTableFactory, ReplicaSlots, default_tables
+from policies.block_table import BlockTableFactory, ReplicaSlots, default_tables
 
 
 class ApproximatePrefixIndex:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .base import Policy, Registry
-from .chwbl import Chwbl
-from .least_load import LeastLoad
-from .precise import NAME as PRECISE
-from .precise import precise_policy
-from .prefix import NAME as PREFIX
-from .prefix import prefix_policy
-from .round_robin import RoundRobin
+from policies.base import Policy, Registry
+from policies.chwbl import Chwbl
+from policies.least_load import LeastLoad
+from policies.precise import NAME as PRECISE
+from policies.precise import precise_policy
+from policies.prefix import NAME as PREFIX
+from policies.prefix import prefix_policy
+from policies.round_robin import RoundRobin
 
 
 def default_registry(clock: Callable[[], float] | None = None) -> Registry:

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .base import healthy
-from .types import Decision, ReplicaView, RouteRequest
+from policies.base import healthy
+from policies.types import Decision, ReplicaView, RouteRequest
 
 
 @dataclass(frozen=True, slots=True)

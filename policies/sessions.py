@@ -16,7 +16,7 @@ Parameters:
 
 from __future__ import annotations
 
-from .lru import LRU
+from policies.lru import LRU
 
 
 class SessionTable:

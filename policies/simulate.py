@@ -52,10 +52,10 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .base import Policy
-from .events import BlockRemoved, BlockStored, EventBatch, KVEvent
-from .lru import LRU
-from .types import ReplicaView, RouteRequest
+from policies.base import Policy
+from policies.events import BlockRemoved, BlockStored, EventBatch, KVEvent
+from policies.lru import LRU
+from policies.types import ReplicaView, RouteRequest
 
 EventSink = Callable[[str, EventBatch], None]
 

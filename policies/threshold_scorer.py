@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .scoring import Candidates, prompt_token_count
-from .types import Decision, RouteRequest
+from policies.scoring import Candidates, prompt_token_count
+from policies.types import Decision, RouteRequest
 
 
 @dataclass(frozen=True)

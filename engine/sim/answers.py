@@ -7,7 +7,7 @@ without ``tools``, an empty ``tools``, ``json_schema`` without its schema).
 :func:`plan_answer` then decides, deterministically from the choice's RNG,
 what the choice generates. The simulator behaves like vLLM started with
 ``--enable-auto-tool-choice --tool-call-parser hermes`` (as
-``engine.vllm_local`` starts real replicas):
+``engine.vllm.local`` starts real replicas):
 
 ==================  =========================================================
 ``tool_choice``     the answer

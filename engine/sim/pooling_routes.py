@@ -33,7 +33,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from engine.form_fields import form_fields, parts
+from engine.backends.form_fields import form_fields, parts
 from engine.sim.protocol import validation_error
 from engine.sim.responses import SSE_DONE
 from engine.sim.route_io import json_response, read_json

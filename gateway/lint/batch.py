@@ -25,12 +25,12 @@ from typing import Any
 
 import orjson
 
-from .linter import Analysis, Linter, floor_blocks, make_report
-from .model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
-from .structure import TextField, leading_system, message_text, tool_names
-from .suggest import SUGGESTIONS, suggestion
-from .textdiff import common_prefix
-from .variance import Atomizer, Variance
+from gateway.lint.linter import Analysis, Linter, floor_blocks, make_report
+from gateway.lint.model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
+from gateway.lint.structure import TextField, leading_system, message_text, tool_names
+from gateway.lint.suggest import SUGGESTIONS, suggestion
+from gateway.lint.textdiff import common_prefix
+from gateway.lint.variance import Atomizer, Variance
 
 EXAMPLES = 5
 

@@ -30,14 +30,14 @@ import datetime as dt
 import re
 from collections.abc import Iterator
 
-from . import names, temporal
-from .identifiers import Identifiers
-from .model import Hit
-from .normalize import Folder
-from .patterns import COUNTER_LITERALS, CUE_LITERALS, MONTHS, NAME_LITERALS, PatternSet
-from .people import PersonNames
-from .spans import TEMPORAL, longest_wins, merge, pieces
-from .windows import (
+from gateway.lint import names, temporal
+from gateway.lint.identifiers import Identifiers
+from gateway.lint.model import Hit
+from gateway.lint.normalize import Folder
+from gateway.lint.patterns import COUNTER_LITERALS, CUE_LITERALS, MONTHS, NAME_LITERALS, PatternSet
+from gateway.lint.people import PersonNames
+from gateway.lint.spans import TEMPORAL, longest_wins, merge, pieces
+from gateway.lint.windows import (
     TOKEN_CHARS,
     TOKEN_REACH,
     DigitWindow,

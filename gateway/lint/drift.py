@@ -25,7 +25,7 @@ from collections import deque
 from dataclasses import dataclass
 from statistics import mean, median
 
-from .textdiff import common_prefix, common_suffix
+from gateway.lint.textdiff import common_prefix, common_suffix
 
 EXCERPT = 160
 

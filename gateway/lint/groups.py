@@ -34,12 +34,11 @@ from dataclasses import dataclass
 
 import xxhash
 
+from gateway.lint.drift import Drift, DriftSettings, DriftTracker
+from gateway.lint.structure import TextField
+from gateway.lint.textdiff import common_prefix, common_suffix
+from gateway.lint.variance import Alignment, Atomizer, Variance
 from policies.lru import LRU
-
-from .drift import Drift, DriftSettings, DriftTracker
-from .structure import TextField
-from .textdiff import common_prefix, common_suffix
-from .variance import Alignment, Atomizer, Variance
 
 SEPARATOR = "\x1e"
 RECENT_TEXTS = 4

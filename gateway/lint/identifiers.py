@@ -17,8 +17,8 @@ import ipaddress
 import json
 import re
 
-from .model import Hit
-from .patterns import STANDARD_PREFIXES
+from gateway.lint.model import Hit
+from gateway.lint.patterns import STANDARD_PREFIXES
 
 ROLE_MAILBOXES = frozenset(
     ["support", "help", "info", "sales", "contact", "noreply", "no-reply", "donotreply", "admin", "billing", "security", "privacy", "team", "hello", "feedback", "press", "careers", "jobs", "legal", "abuse", "postmaster", "webmaster", "service", "customerservice", "care", "office", "enquiries", "inquiries", "accounts", "orders", "returns"])

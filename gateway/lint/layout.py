@@ -17,8 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from engine.tokenizer import Renderer, RenderError
-
-from .structure import TextField, message_text
+from gateway.lint.structure import TextField, message_text
 
 
 class Layout:

@@ -33,14 +33,19 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.tokenizer import Renderer
-
-from .detect import Detector
-from .layout import Layout
-from .model import Finding, LintReport, Severity
-from .structure import TextField, final_start, text_fields, tool_findings, unicode_findings
-from .suggest import suggestion
-from .template import ClockProbe, TemplateSource
-from .tokens import PromptTokens, TokenMap
+from gateway.lint.detect import Detector
+from gateway.lint.layout import Layout
+from gateway.lint.model import Finding, LintReport, Severity
+from gateway.lint.structure import (
+    TextField,
+    final_start,
+    text_fields,
+    tool_findings,
+    unicode_findings,
+)
+from gateway.lint.suggest import suggestion
+from gateway.lint.template import ClockProbe, TemplateSource
+from gateway.lint.tokens import PromptTokens, TokenMap
 
 WARN_CONFIDENCE = 0.5
 SALT_KINDS = frozenset({"uuid", "ulid", "request_id", "session_id", "nonce", "timestamp", "epoch"})

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from .model import Hit
-from .patterns import (
+from gateway.lint.model import Hit
+from gateway.lint.patterns import (
     EN_NOT_NAMES,
     JA_NOT_NAME_ENDINGS,
     ZH_COMPOUND_SURNAMES,

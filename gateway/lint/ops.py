@@ -1,4 +1,4 @@
-"""The linter's two feeds for the ops dashboard (``gateway.ops_view``).
+"""The linter's two feeds for the ops dashboard (``gateway.ops.view``).
 
 The dashboard shows no prompt text: kinds, counts, models, fixed wording.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..ops_view import DriftNotice, LintFindingStat
-from .service import LintService
+from gateway.lint.service import LintService
+from gateway.ops.view import DriftNotice, LintFindingStat
 
 
 def dashboard_feeds(service: LintService) -> tuple[Callable[[], Sequence[LintFindingStat]],

@@ -49,8 +49,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .model import Hit
-from .patterns import MONTHS, WEEKDAYS, ZH_COMPOUND_SURNAMES, ZH_SURNAMES
+from gateway.lint.model import Hit
+from gateway.lint.patterns import MONTHS, WEEKDAYS, ZH_COMPOUND_SURNAMES, ZH_SURNAMES
 
 LATIN_LOCALES = ("en_US", "en_GB", "en_IN", "es_ES", "es_MX", "fr_FR", "de_DE", "it_IT",
                  "pt_BR", "nl_NL", "pl_PL", "tr_TR", "vi_VN", "id_ID")

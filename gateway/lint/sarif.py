@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from .model import Finding
-from .suggest import SUGGESTIONS
+from gateway.lint.model import Finding
+from gateway.lint.suggest import SUGGESTIONS
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 

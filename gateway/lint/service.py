@@ -45,22 +45,21 @@ from typing import Any
 import orjson
 import xxhash
 
+from gateway.config import ModelSettings
+from gateway.lint.batch import BatchLinter, redacted_shape, shape_of
+from gateway.lint.detect import Detector
+from gateway.lint.drift import Drift, DriftSettings
+from gateway.lint.groups import Group, GroupTable, Prefix
+from gateway.lint.linter import FieldLinter, Linter
+from gateway.lint.model import BatchReport, DriftEvent, Finding, FindingStat, LintReport, SpanSample
+from gateway.lint.structure import TextField, text_fields, tool_names
+from gateway.lint.suggest import suggestion
+from gateway.lint.template import ClockProbe, TemplateSource, read_template
+from gateway.lint.tokens import ByteEncoder, HFEncoder, TokenMap
+from gateway.lint.variance import Atomizer
+from gateway.ops.metrics import GatewayMetrics
+from gateway.prompt.hashers import HasherSet
 from policies.lru import LRU
-
-from ..config import ModelSettings
-from ..hashers import HasherSet
-from ..metrics import GatewayMetrics
-from .batch import BatchLinter, redacted_shape, shape_of
-from .detect import Detector
-from .drift import Drift, DriftSettings
-from .groups import Group, GroupTable, Prefix
-from .linter import FieldLinter, Linter
-from .model import BatchReport, DriftEvent, Finding, FindingStat, LintReport, SpanSample
-from .structure import TextField, text_fields, tool_names
-from .suggest import suggestion
-from .template import ClockProbe, TemplateSource, read_template
-from .tokens import ByteEncoder, HFEncoder, TokenMap
-from .variance import Atomizer
 
 log = logging.getLogger("prefixgate.lint")
 

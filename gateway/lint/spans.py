@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from .model import Hit
+from gateway.lint.model import Hit
 
 TEMPORAL = frozenset({"timestamp", "date", "time", "weekday"})
 PRIORITY = {kind: rank for rank, kind in enumerate((

@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.tokenizer import RenderError, fold_content
-
-from .model import Finding
-from .suggest import suggestion
+from gateway.lint.model import Finding
+from gateway.lint.suggest import suggestion
 
 Region = Literal["system", "tools", "history", "final"]
 MAX_DEPTH = 64

@@ -9,7 +9,7 @@ midnight, whatever the app sends. Two steps:
    is checked for a clock (``strftime_now``). Templates without one cost
    nothing more. A request's own ``chat_template`` is never rendered: it is
    code the client wrote, and unbounded work (the gateway routes and lints
-   such a request with the model's template, ``gateway.bounds``).
+   such a request with the model's template, ``gateway.prompt.bounds``).
 2. The request is rendered twice in a sandbox that mirrors the one
    transformers renders in, with two different injected "now"s. Where the
    two renderings differ is the injected span; the real rendering shares the
@@ -30,9 +30,8 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.tokenizer import RenderError, conversation
+from gateway.lint.textdiff import common_prefix, common_suffix
 from policies.lru import LRU
-
-from .textdiff import common_prefix, common_suffix
 
 CLOCK_MARKERS = ("strftime_now",)
 PROBE_NOWS = (dt.datetime(1999, 1, 1, 0, 0, 0), dt.datetime(2011, 12, 28, 23, 59, 58))

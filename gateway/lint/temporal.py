@@ -12,8 +12,16 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from .model import Hit
-from .patterns import CJK_NUMERALS, CJK_WEEKDAYS, ERAS, JA_WEEKDAYS, LONG_WEEKDAYS, MONTHS, WEEKDAYS
+from gateway.lint.model import Hit
+from gateway.lint.patterns import (
+    CJK_NUMERALS,
+    CJK_WEEKDAYS,
+    ERAS,
+    JA_WEEKDAYS,
+    LONG_WEEKDAYS,
+    MONTHS,
+    WEEKDAYS,
+)
 
 NEAR_DAYS = 45
 RECENT_DAYS = 400

@@ -4,7 +4,7 @@
 character offset, the first token that covers it or comes after it: the
 first token a change at that character would alter.
 
-Like ``gateway.render``, the prompt is cut at the tokenizer's added tokens
+Like ``gateway.prompt.render``, the prompt is cut at the tokenizer's added tokens
 (``<|im_start|>`` ...), which Hugging Face tokenizers split out before
 anything else, and each piece's token offsets are memoized: a system prompt
 shared by many requests is tokenized once. Whether cutting is exact is

@@ -27,7 +27,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from .textdiff import common_prefix, common_suffix
+from gateway.lint.textdiff import common_prefix, common_suffix
 
 MAX_CHARS = 65536
 MAX_ATOMS = 4000

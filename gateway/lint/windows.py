@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from .model import Hit
+from gateway.lint.model import Hit
 
 TOKEN_REACH = 300
 """How far a window grows to take in a whole token (ids, nonces)."""

@@ -15,8 +15,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .model import FIT_PROBES
-from .points import PointSummary
+from loadtest.calibration.model import FIT_PROBES
+from loadtest.calibration.points import PointSummary
 
 
 @dataclass(frozen=True, slots=True)

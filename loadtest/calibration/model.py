@@ -46,8 +46,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .points import PointSummary
-from .probes import DECODE, PREFILL
+from loadtest.calibration.points import PointSummary
+from loadtest.calibration.probes import DECODE, PREFILL
 
 PARAM_NAMES = ("step_overhead_s", "prefill_per_token_s", "decode_per_seq_s")
 FIT_PROBES = (PREFILL, DECODE)

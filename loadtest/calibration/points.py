@@ -21,8 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .cpu import CoreShare
-from .probes import CACHED, DECODE, PREFILL, DecodeSample, PrefillSample, ProbeResults
+from loadtest.calibration.cpu import CoreShare
+from loadtest.calibration.probes import (
+    CACHED,
+    DECODE,
+    PREFILL,
+    DecodeSample,
+    PrefillSample,
+    ProbeResults,
+)
 
 Sample = TypeVar("Sample", PrefillSample, DecodeSample)
 

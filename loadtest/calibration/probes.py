@@ -55,10 +55,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadtest.calibration.cpu import CoreMeter, CoreReading, CoreShare
 from loadtest.client import ChatCall, LeanClient, StreamClient
 from loadtest.workloads.text import words
-
-from .cpu import CoreMeter, CoreReading, CoreShare
 
 PREFILL = "prefill"
 CACHED = "cached"

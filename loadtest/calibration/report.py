@@ -25,11 +25,10 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from loadtest import markdown
-
-from .model import PARAM_NAMES, FitResult
-from .points import PointSummary
-from .probes import CACHED, DECODE, PREFILL
-from .result import Calibration
+from loadtest.calibration.model import PARAM_NAMES, FitResult
+from loadtest.calibration.points import PointSummary
+from loadtest.calibration.probes import CACHED, DECODE, PREFILL
+from loadtest.calibration.result import Calibration
 
 _LABELS = {PREFILL: "prefill TTFT", CACHED: "cached TTFT", DECODE: "decode TPOT"}
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compare import Comparison
-from .model import FitResult, StepShape
-from .points import PointSummary
-from .probes import ProbePlan, ProbeResults
-from .targets import EngineLimits, Target
+from loadtest.calibration.compare import Comparison
+from loadtest.calibration.model import FitResult, StepShape
+from loadtest.calibration.points import PointSummary
+from loadtest.calibration.probes import ProbePlan, ProbeResults
+from loadtest.calibration.targets import EngineLimits, Target
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 Each is a context manager yielding a :class:`Target` (where it listens and
 what it is) and stopping what it started on exit.
 
-* :func:`vllm_target` starts one replica of ``engine.vllm_local`` pinned to
+* :func:`vllm_target` starts one replica of ``engine.vllm.local`` pinned to
   one core, with the scheduler limits of :class:`EngineLimits` passed
   explicitly (they are vLLM's CPU defaults for the API server, written out so
   the simulator can be given the same ones), prefix caching on and KV events
@@ -28,10 +28,9 @@ from pathlib import Path
 
 import httpx
 
-from engine.vllm_local import LaunchSpec, running_replicas
-
-from ..processes import Service, ServiceGroup, free_port
-from .model import LatencyParams
+from engine.vllm.local import LaunchSpec, running_replicas
+from loadtest.calibration.model import LatencyParams
+from loadtest.processes import Service, ServiceGroup, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

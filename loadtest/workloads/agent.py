@@ -37,9 +37,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .agent_tools import TOOLS, scripted_call
-from .base import Conversation, Turn, Workload, paced, pacing_from
-from .text import words
+from loadtest.workloads.agent_tools import TOOLS, scripted_call
+from loadtest.workloads.base import Conversation, Turn, Workload, paced, pacing_from
+from loadtest.workloads.text import words
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import json
 import random
 from typing import Any
 
-from .text import words
+from loadtest.workloads.text import words
 
 
 def _function(name: str, description: str, **properties: tuple[str, str]) -> dict[str, Any]:

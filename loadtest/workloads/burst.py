@@ -24,8 +24,8 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from .base import Conversation, Pacing, Turn, Workload
-from .text import words
+from loadtest.workloads.base import Conversation, Pacing, Turn, Workload
+from loadtest.workloads.text import words
 
 GROUP_PREFIX = "burst-"
 """Conversations of burst ``k`` have the group ``burst-k`` (the report's per-burst figures)."""

@@ -43,8 +43,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .base import Conversation, Pacing, Turn, Workload
-from .text import words
+from loadtest.workloads.base import Conversation, Pacing, Turn, Workload
+from loadtest.workloads.text import words
 
 TRACE_BLOCK_TOKENS = 512
 

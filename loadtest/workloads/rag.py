@@ -28,8 +28,8 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from .base import Conversation, Turn, Workload, paced, pacing_from
-from .text import words
+from loadtest.workloads.base import Conversation, Turn, Workload, paced, pacing_from
+from loadtest.workloads.text import words
 
 DEFAULT_SYSTEM = ("Answer the question at the end of the user's message using only the "
                   "document before it. Say so when the document does not hold the answer.")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import (
+from loadtest.workloads import (
     agent,
     burst,
     flattened,
@@ -24,7 +24,7 @@ from . import (
     shared_prefix,
     shared_prefix_completions,
 )
-from .base import Workload
+from loadtest.workloads.base import Workload
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ import dataclasses
 import random
 from dataclasses import dataclass
 
-from .base import Conversation, Turn, Workload, paced, pacing_from
-from .text import words
+from loadtest.workloads.base import Conversation, Turn, Workload, paced, pacing_from
+from loadtest.workloads.text import words
 
 
 @dataclass(frozen=True, slots=True)

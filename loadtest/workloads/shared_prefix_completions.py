@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from . import shared_prefix
-from .base import Workload
-from .shared_prefix import SharedPrefixParams
+from loadtest.workloads import shared_prefix
+from loadtest.workloads.base import Workload
+from loadtest.workloads.shared_prefix import SharedPrefixParams
 
 
 def build(params: SharedPrefixParams) -> Workload:

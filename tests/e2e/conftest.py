@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
+from engine.vllm.local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
 from tests.support.gateway import GatewayProcess
 
 MODEL = "qwen2-tiny"

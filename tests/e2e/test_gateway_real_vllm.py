@@ -16,10 +16,10 @@ import httpx
 import openai
 import pytest
 
-from engine.scrape import parse_vllm_metrics
+from engine.pool.scrape import parse_vllm_metrics
 from engine.tokenizer import HFRenderer
-from engine.vllm_local import LocalReplica, VllmCpuSetup
-from gateway.render import PromptHasher
+from engine.vllm.local import LocalReplica, VllmCpuSetup
+from gateway.prompt.render import PromptHasher
 from tests.chat_corpus import CHATS
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from engine.vllm_local import LaunchSpec, running_replicas
+from engine.vllm.local import LaunchSpec, running_replicas
 from tests.support.gateway import GatewayProcess
 
 from .conftest import MODEL, gateway_settings, setup_or_skip

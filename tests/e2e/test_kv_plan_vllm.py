@@ -27,10 +27,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.scrape import parse_vllm_metrics
-from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
-from gateway.kv_plan_cli import run as plan_main
-from gateway.kv_quality_cli import run as kv_quality_main
+from engine.pool.scrape import parse_vllm_metrics
+from engine.vllm.local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
+from gateway.kv.plan_cli import run as plan_main
+from gateway.kv.quality_cli import run as kv_quality_main
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """``prefixgate kv-quality`` end to end.
 
-* Against the transformers KV emulation (``engine.kv_emulation``, run in the
+* Against the transformers KV emulation (``engine.vllm.kv_emulation``, run in the
   vLLM-on-CPU venv with the real SmolLM2-135M-Instruct): a deliberately broken
   2-bit KV cache fails the gate and is sent back to INT8; an FP8 E4M3 cache
   passes. Every output says "EMULATION". One emulation server (about 5 s to
@@ -24,11 +24,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.kv_emulation.process import EmulationServer, EmulationSpec, running_emulation
-from engine.scrape import parse_vllm_metrics
-from engine.vllm_local import LaunchSpec, VllmCpuSetup, running_replicas
-from gateway.kv_plan_cli import run as plan_main
-from gateway.kv_quality_cli import run as main
+from engine.pool.scrape import parse_vllm_metrics
+from engine.vllm.kv_emulation.process import EmulationServer, EmulationSpec, running_emulation
+from engine.vllm.local import LaunchSpec, VllmCpuSetup, running_replicas
+from gateway.kv.plan_cli import run as plan_main
+from gateway.kv.quality_cli import run as main
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """Every launch profile's ``vllm serve`` arguments, parsed by vLLM 0.32's own parser.
 
-The profiles (``gateway.profiles``) are what the Kubernetes and compose files
+The profiles (``gateway.kv.profiles``) are what the Kubernetes and compose files
 run; a flag vLLM does not know, a value outside its choices (the INT8 KV cache
 is ``int8_per_token_head``, there is no plain ``int8``) or a malformed
 ``--kv-events-config`` would only show on a GPU node at start-up. Here vLLM's
@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from gateway.profiles import PROFILES
+from gateway.kv.profiles import PROFILES
 
 from .conftest import setup_or_skip
 

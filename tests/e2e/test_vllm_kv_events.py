@@ -20,7 +20,7 @@ from engine.kv_events import (
     decode_payload,
     split_replay_reply,
 )
-from engine.vllm_local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
+from engine.vllm.local import LaunchSpec, LocalReplica, VllmCpuSetup, running_replicas
 from policies.events import BlockRemoved, BlockStored, EventBatch
 from policies.hashing import block_hashes, chain_seed
 from policies.precise_index import PreciseIndex

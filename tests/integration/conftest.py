@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import redis
 
-from engine.backend import Timeouts
-from engine.remote import RemoteBackend
+from engine.backends.base import Timeouts
+from engine.backends.remote import RemoteBackend
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess

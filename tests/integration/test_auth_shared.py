@@ -1,5 +1,5 @@
 """Per-key limits shared by two gateway instances through the real Redis on
-127.0.0.1:6379 (``gateway.auth_shared``): two key stores synced step by step,
+127.0.0.1:6379 (``gateway.auth.shared``): two key stores synced step by step,
 then two gateway processes and the openai client. Each test has its own key
 prefix."""
 
@@ -15,8 +15,8 @@ import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
 
-from gateway.auth import Grant, KeyStore
-from gateway.auth_shared import INFLIGHT_TTL_SECONDS, SharedLimits
+from gateway.auth.keys import Grant, KeyStore
+from gateway.auth.shared import INFLIGHT_TTL_SECONDS, SharedLimits
 from gateway.errors import RateLimited
 from tests.support.api_keys import write_keys
 from tests.support.gateway import GatewayProcess

@@ -17,7 +17,7 @@ import yaml
 
 from gateway.cli import _overrides, _serve_parser
 from gateway.config import Settings, load_settings
-from gateway.profiles import get_profile
+from gateway.kv.profiles import get_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = ROOT / "deploy" / "compose"

@@ -25,7 +25,7 @@ import yaml
 
 from gateway.cli import _overrides, _serve_parser
 from gateway.config import Settings, load_settings
-from gateway.profiles import PROFILES, get_profile
+from gateway.kv.profiles import PROFILES, get_profile
 from tests.support.kustomize import render
 
 ROOT = Path(__file__).resolve().parents[2]

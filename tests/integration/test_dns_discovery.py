@@ -18,8 +18,8 @@ import pytest
 from asgi_lifespan import LifespanManager
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-from gateway.app import create_app
 from gateway.config import load_settings
+from gateway.server.app import create_app
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess

@@ -23,7 +23,7 @@ import openai
 import pytest
 import redis
 
-from gateway.fleet_codec import decode_snapshot
+from gateway.fleet.codec import decode_snapshot
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess

@@ -38,8 +38,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir
-from gateway.app import create_app
 from gateway.config import load_settings
+from gateway.server.app import create_app
 from tests.support.fuzz import HANG_RULES, HOSTILE, RAW_BODIES, from_schema, heavy, mutated
 from tests.support.gateway import GatewayProcess
 

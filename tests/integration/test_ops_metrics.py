@@ -21,7 +21,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.scrape import parse_vllm_metrics
+from engine.pool.scrape import parse_vllm_metrics
 from tests.support.gateway import GatewayProcess
 from tests.support.sim import SimProcess
 from tests.support.waiting import wait_until

@@ -19,7 +19,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion
 
-from engine.scrape import parse_vllm_metrics
+from engine.pool.scrape import parse_vllm_metrics
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess

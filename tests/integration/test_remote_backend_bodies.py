@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from engine.backend import UpstreamResponse
+from engine.backends.base import UpstreamResponse
 from engine.errors import ReplicaStreamBroken, ReplicaTimeout
 from tests.support.scripted_http import (
     STREAM_END,

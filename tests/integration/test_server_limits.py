@@ -1,4 +1,4 @@
-"""The HTTP server's bounds hold whatever the packet boundaries (``gateway.server``).
+"""The HTTP server's bounds hold whatever the packet boundaries (``gateway.server.http``).
 
 A real gateway process in front of a sim replica, spoken to over raw sockets:
 the request head is sent in one write or in pieces, and what comes back is
@@ -15,8 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from gateway.request_ids import MAX_REQUEST_ID
-from gateway.server import MAX_HEADER_BYTES
+from gateway.server.http import MAX_HEADER_BYTES
+from gateway.server.request_ids import MAX_REQUEST_ID
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until

@@ -1,4 +1,4 @@
-"""Client key files for gateways started with ``api_keys`` (``gateway.auth``)."""
+"""Client key files for gateways started with ``api_keys`` (``gateway.auth.keys``)."""
 
 from __future__ import annotations
 

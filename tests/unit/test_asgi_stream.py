@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from engine.asgi_stream import StreamingASGITransport
+from engine.backends.asgi_stream import StreamingASGITransport
 from tests.support.waiting import eventually
 
 

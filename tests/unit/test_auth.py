@@ -1,4 +1,4 @@
-"""Client keys, tenants and per-key limits (``gateway.auth``), through the app against
+"""Client keys, tenants and per-key limits (``gateway.auth.keys``), through the app against
 fake replicas, and the key store's own rules with an injected clock."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import pytest
 import yaml
 from asgi_lifespan import LifespanManager
 
-from gateway.app import create_app
-from gateway.auth import (
+from gateway.auth.keys import (
     KeyFileError,
     KeyStore,
     exposure_warning,
@@ -24,6 +23,7 @@ from gateway.auth import (
 )
 from gateway.config import load_settings
 from gateway.errors import RateLimited, Unauthenticated
+from gateway.server.app import create_app
 from tests.support.api_keys import write_keys
 from tests.support.waiting import eventually_async
 

@@ -3,12 +3,12 @@ detector (replicas faked with httpx.MockTransport, the pool's clock injected).""
 
 from __future__ import annotations
 
-from engine.backend import Timeouts
-from engine.breaker import BreakerSettings, CircuitBreaker, Reason, State
-from engine.httpx_backend import HttpxBackend
-from engine.pool import ReplicaPool, ReplicaSpec
-from engine.slow import SlowSettings
-from gateway.breaker_metrics import BreakerCollector
+from engine.backends.base import Timeouts
+from engine.backends.httpx_client import HttpxBackend
+from engine.pool.breaker import BreakerSettings, CircuitBreaker, Reason, State
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from engine.pool.slow import SlowSettings
+from gateway.ops.breaker_metrics import BreakerCollector
 from tests.unit.fake_replica import FakeReplica
 
 COOLDOWN = 5.0

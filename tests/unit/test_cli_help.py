@@ -7,7 +7,11 @@ import argparse
 import pytest
 
 from engine.sim import cli as sim_cli
-from gateway import cli, demo_cli, kv_plan_cli, kv_quality_cli, lint_cli, profiles_cli
+from gateway import cli, demo_cli
+from gateway.kv import plan_cli as kv_plan_cli
+from gateway.kv import profiles_cli
+from gateway.kv import quality_cli as kv_quality_cli
+from gateway.lint import cli as lint_cli
 
 
 def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.tokenizer import ByteRenderer, HFRenderer, Renderer
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 from policies.hashing import block_hashes, chain_seed
 from policies.prefix_index import ApproximatePrefixIndex
 

@@ -10,13 +10,13 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from engine.backend import Timeouts
-from engine.discovery import DnsDiscovery, DnsSource
-from engine.httpx_backend import HttpxBackend
-from engine.pool import ReplicaPool, ReplicaSpec
-from gateway.app import create_app
+from engine.backends.base import Timeouts
+from engine.backends.httpx_client import HttpxBackend
+from engine.pool.discovery import DnsDiscovery, DnsSource
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
 from gateway.cli import _overrides, _serve_parser
 from gateway.config import load_settings, parse_source_arg
+from gateway.server.app import create_app
 from tests.support.waiting import eventually
 
 from .fake_replica import FakeReplica

@@ -28,10 +28,10 @@ from types import ModuleType
 
 from asgi_lifespan import LifespanManager
 
-from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.fleet_metrics import FleetCollector
-from gateway.fleet_sync import FleetSync
+from gateway.fleet.metrics import FleetCollector
+from gateway.fleet.sync import FleetSync
+from gateway.server.app import create_app
 from tests.support.api_keys import write_keys
 
 from .fake_replica import FakeReplica

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gateway.fleet_codec import (
+from gateway.fleet.codec import (
     BadPayload,
     Load,
     Routed,
@@ -18,8 +18,8 @@ from gateway.fleet_codec import (
     encode_batch,
     encode_snapshot,
 )
-from gateway.fleet_journal import Journal
-from gateway.fleet_sync import redact_url
+from gateway.fleet.journal import Journal
+from gateway.fleet.sync import redact_url
 from policies.prefix_index import ApproximatePrefixIndex
 
 hashes = st.lists(st.integers(0, 2**64 - 1), max_size=50).map(tuple)

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.backend import Timeouts
-from engine.httpx_backend import HttpxBackend
-from engine.pool import ReplicaPool, ReplicaSpec
-from gateway.fleet_codec import Load, Routed, encode_batch, encode_snapshot
-from gateway.fleet_journal import Journal
-from gateway.fleet_sync import FleetOptions, FleetSync
+from engine.backends.base import Timeouts
+from engine.backends.httpx_client import HttpxBackend
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from gateway.fleet.codec import Load, Routed, encode_batch, encode_snapshot
+from gateway.fleet.journal import Journal
+from gateway.fleet.sync import FleetOptions, FleetSync
 from policies.cache_aware import CacheAwarePolicy
 from policies.prefix import prefix_policy
 from policies.prefix_index import ApproximatePrefixIndex

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from gateway.app import create_app
 from gateway.config import load_settings
+from gateway.server.app import create_app
 
 from .fake_replica import FakeReplica
 

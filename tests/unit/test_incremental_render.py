@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from engine.tokenizer import HFRenderer
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 from policies.hashing import block_hashes, chain_seed
 
 from ..chat_corpus import CHATS

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engine.pool import HealthListener
+from engine.pool.replicas import HealthListener
 from gateway.config import load_settings
-from gateway.kv_feed import KVFeed
+from gateway.replicas.kv_feed import KVFeed
 from policies.cache_aware import CacheAwarePolicy
 from policies.events import BlockStored, EventBatch
 from policies.hashing import block_hashes, chain_seed

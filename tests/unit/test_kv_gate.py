@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.kv_gate import (
+from gateway.kv.gate import (
     EXIT_FAIL,
     EXIT_PASS,
     Check,

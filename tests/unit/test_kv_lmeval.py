@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.kv_lmeval import (
+from gateway.kv.lmeval import (
     LmEvalSettings,
     LmEvalUnavailable,
     command,
@@ -17,8 +17,8 @@ from gateway.kv_lmeval import (
     parse_results,
     task_checks,
 )
-from gateway.kv_probe import Endpoint
-from gateway.kv_quality_cli import run as main
+from gateway.kv.probe import Endpoint
+from gateway.kv.quality_cli import run as main
 
 # The shape of lm-eval 0.4's results_<timestamp>.json (figures made up).
 RESULTS_BASE = {"results": {

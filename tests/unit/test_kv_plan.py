@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gateway.cli import main as cli_main
-from gateway.kv_model import ModelShape, PlanError, count_params
-from gateway.kv_plan import GIB, PlanInput, plan
-from gateway.kv_plan_cli import run as main
+from gateway.kv.model import ModelShape, PlanError, count_params
+from gateway.kv.plan import GIB, PlanInput, plan
+from gateway.kv.plan_cli import run as main
 
 QWEN25_72B = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8192,

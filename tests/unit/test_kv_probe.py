@@ -8,8 +8,8 @@ import math
 import httpx
 import pytest
 
-from gateway.kv_gate import GateRule, decide
-from gateway.kv_probe import (
+from gateway.kv.gate import GateRule, decide
+from gateway.kv.probe import (
     Endpoint,
     ProbeClient,
     ProbeError,

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.vllm_local import ReplicaInfo
+from engine.vllm.local import ReplicaInfo
 from loadtest.cli import parser
 from loadtest.compare import build_fleet
 from loadtest.fleet import ReplicaChoice, SimFleet, parse_replicas

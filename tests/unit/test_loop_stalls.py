@@ -9,7 +9,7 @@ import selectors
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from gateway.loop_lag import GcPauses, LoopLagProbe
+from gateway.ops.loop_lag import GcPauses, LoopLagProbe
 
 from .fake_replica import FakeReplica
 from .test_gateway_core import CHAT, gateway

@@ -12,10 +12,10 @@ import pytest
 from asgi_lifespan import LifespanManager
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.app import create_app
 from gateway.config import CapacitySettings, ConfigError, load_settings
-from gateway.kv_capacity import planned_blocks
-from gateway.ops_view import DriftNotice, LintFindingStat, OpsView
+from gateway.ops.view import DriftNotice, LintFindingStat, OpsView
+from gateway.replicas.capacity import planned_blocks
+from gateway.server.app import create_app
 
 from .fake_replica import FakeReplica
 from .test_kv_plan import QWEN25_72B

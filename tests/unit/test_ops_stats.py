@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gateway.ops_stats import OpsStats, ReplicaReading, Totals, bucket_quantile, read_registry
+from gateway.ops.stats import OpsStats, ReplicaReading, Totals, bucket_quantile, read_registry
 
 
 class Clock:

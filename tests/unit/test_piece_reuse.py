@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.tokenizer import HFRenderer
-from gateway.render import REUSE_AUDIT_EVERY, PromptHasher
+from gateway.prompt.render import REUSE_AUDIT_EVERY, PromptHasher
 
 STORY = ("The harbour master counted the boats twice each morning and wrote the tally in a "
          "green ledger.\n退款须在三十天内申请，运费不退。 Then he walked the pier. ")

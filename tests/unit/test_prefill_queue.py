@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.prefill import PrefillQueue, WorkSamples
+from engine.pool.prefill import PrefillQueue, WorkSamples
 
 SPEED = 1e-3  # seconds per token: 1,000 tokens a second
 

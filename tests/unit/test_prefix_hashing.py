@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from engine.tokenizer import ByteRenderer, HFRenderer
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 from policies.hashing import block_hashes, chain_seed
 
 from ..chat_corpus import CHATS

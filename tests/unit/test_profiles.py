@@ -11,12 +11,12 @@ import pytest
 
 from gateway.cli import main as cli_main
 from gateway.config import ReplicaSettings, Settings
-from gateway.inprocess_replicas import engine_args
-from gateway.kv_model import ModelShape
-from gateway.kv_plan import plan, resolve_kv_dtype
-from gateway.kv_plan_cli import run as plan_run
-from gateway.profiles import KV_EVENTS_PORT, KV_REPLAY_PORT, PROFILES, get_profile
-from gateway.profiles_cli import run
+from gateway.kv.model import ModelShape
+from gateway.kv.plan import plan, resolve_kv_dtype
+from gateway.kv.plan_cli import run as plan_run
+from gateway.kv.profiles import KV_EVENTS_PORT, KV_REPLAY_PORT, PROFILES, get_profile
+from gateway.kv.profiles_cli import run
+from gateway.replicas.inprocess import engine_args
 from tests.unit.test_kv_plan import QWEN25_72B
 
 

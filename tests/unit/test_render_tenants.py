@@ -5,7 +5,7 @@ memoized."""
 from __future__ import annotations
 
 from engine.tokenizer import bundled_qwen_tokenizer_dir, load_renderer
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 
 SYSTEM = "PIN 4821. The vault handbook says many things about opening hours. " * 40
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from engine.form_fields import form_fields, parts
+from engine.backends.form_fields import form_fields, parts
 from gateway.config import load_settings
 from gateway.errors import InvalidRequest
-from gateway.forwarding import forward_headers, is_gateway_secret
-from gateway.prompt_shapes import prompt_of
-from gateway.schemas import flag, routing_fields
+from gateway.request.forwarding import forward_headers, is_gateway_secret
+from gateway.request.prompt_shapes import prompt_of
+from gateway.request.schemas import flag, routing_fields
 
 
 def never_secret(name: str) -> bool:

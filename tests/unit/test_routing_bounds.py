@@ -1,4 +1,4 @@
-"""What one request may cost routing, and what the memos may hold (gateway.bounds)."""
+"""What one request may cost routing, and what the memos may hold (gateway.prompt.bounds)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from engine.tokenizer import ByteRenderer, HFRenderer
 from gateway.config import LimitSettings
 from gateway.lint.template import ClockProbe, TemplateSource
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 from policies.lru import LRU
 
 BLOCK = 16

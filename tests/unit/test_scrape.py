@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.scrape import parse_vllm_metrics
+from engine.pool.scrape import parse_vllm_metrics
 
 VLLM_TEXT = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.

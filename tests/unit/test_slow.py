@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from engine.slow import SlowDetector, SlowSettings
+from engine.pool.slow import SlowDetector, SlowSettings
 
 
 def detector(**options: float) -> SlowDetector:

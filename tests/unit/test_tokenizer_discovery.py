@@ -14,10 +14,10 @@ import pytest
 from asgi_lifespan import LifespanManager
 from huggingface_hub import constants
 
-from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.hashers import HasherSet, TokenizerConfigError
-from gateway.tokenizer_source import find_tokenizer
+from gateway.prompt.hashers import HasherSet, TokenizerConfigError
+from gateway.prompt.tokenizer_source import find_tokenizer
+from gateway.server.app import create_app
 
 
 @pytest.fixture()

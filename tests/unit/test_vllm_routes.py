@@ -13,9 +13,9 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from gateway.app import create_app
 from gateway.config import load_settings
-from gateway.usage import StreamObserver, Usage, usage_from_json
+from gateway.request.usage import StreamObserver, Usage, usage_from_json
+from gateway.server.app import create_app
 
 
 @dataclass

@@ -9,7 +9,7 @@ from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.template import ClockProbe, read_template
 from gateway.lint.tokens import HFEncoder, TokenMap
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 
 from .corpus import NOW
 

@@ -10,7 +10,7 @@ import pytest
 from gateway.lint.batch import BatchLinter
 from gateway.lint.linter import Linter
 from gateway.lint.variance import Atomizer
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 
 TEMPLATE = ("You are the support assistant of Acme Corp. Our returns policy is effective "
             "2026-06-01 and applies to all orders. The customer is {name}, a {tier} member. "

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 from asgi_lifespan import LifespanManager
 
-from gateway.app import create_app
 from gateway.config import load_settings
+from gateway.server.app import create_app
 from tests.support.api_keys import write_keys
 from tests.support.waiting import eventually_async
 

@@ -11,7 +11,7 @@ from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.template import ClockProbe, TemplateSource
 from gateway.lint.tokens import ByteEncoder, TokenMap
-from gateway.render import PromptHasher
+from gateway.prompt.render import PromptHasher
 
 from .corpus import NOW
 

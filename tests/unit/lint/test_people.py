@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from gateway.config import ModelSettings
-from gateway.hashers import HasherSet
 from gateway.lint.batch import BatchLinter
 from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.people import NameResources, PersonNames
 from gateway.lint.service import LintService
 from gateway.lint.variance import Atomizer
+from gateway.prompt.hashers import HasherSet
 
 from .corpus import NOW
 from .people_corpus import PEOPLE_CORPUS

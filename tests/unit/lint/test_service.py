@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from gateway.config import ModelSettings
-from gateway.hashers import HasherSet
 from gateway.lint.detect import Detector
 from gateway.lint.drift import DriftTracker
 from gateway.lint.model import Hit
 from gateway.lint.service import LintLimits, LintService
+from gateway.prompt.hashers import HasherSet
 
 from .corpus import NOW
 

@@ -12,12 +12,12 @@ from transformers.utils import chat_template_utils
 
 from engine.tokenizer import HFRenderer
 from gateway.config import ModelSettings
-from gateway.hashers import HasherSet
 from gateway.lint.detect import Detector
 from gateway.lint.linter import Linter
 from gateway.lint.service import LintService
 from gateway.lint.template import ClockProbe, read_template
 from gateway.lint.tokens import HFEncoder, TokenMap
+from gateway.prompt.hashers import HasherSet
 
 from .corpus import NOW
 

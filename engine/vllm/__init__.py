@@ -1,0 +1,3 @@
+"""vLLM itself, started by this project: local vLLM-on-CPU servers for
+tests and the embedded default, and KV-event emulation.
+"""

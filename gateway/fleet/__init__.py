@@ -1,0 +1,2 @@
+"""Several gateway instances sharing routing state through Redis.
+"""

@@ -1,0 +1,64 @@
+"""The shared routing state's series, read at scrape time from ``FleetSync``.
+
+Registered through ``GatewayMetrics(extra=[...])`` only when ``redis_url`` is
+set (without Redis these series are absent):
+
+* ``prefixgate_redis_up``: 1 while Redis answers, 0 while the gateway serves
+  on its local state alone.
+* ``prefixgate_redis_published_entries`` / ``_dropped_entries`` /
+  ``_applied_entries`` / ``_bad_entries`` (counters): routed requests
+  published, dropped (queue full or Redis away), learned from other
+  instances, and stream entries that could not be read.
+* ``prefixgate_redis_resyncs`` (counter): catch-ups from the snapshot or the
+  stream's tail (start-up and each reconnect).
+* ``prefixgate_redis_peers``: other instances heard from recently.
+* ``prefixgate_redis_remote_inflight{replica}``: other instances' in-flight
+  requests, added to the load the policy sees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gateway.fleet.sync import FleetSync
+
+
+class FleetCollector(Collector):
+    def __init__(self, fleet: FleetSync) -> None:
+        self.fleet = fleet
+
+    def collect(self) -> Iterator[Metric]:
+        fleet = self.fleet
+        yield GaugeMetricFamily("prefixgate_redis_up",
+                                "1 while Redis (shared routing state) answers, else 0.",
+                                value=1.0 if fleet.up else 0.0)
+        counters = {
+            "published_entries": ("Routed requests published to the other instances.",
+                                  fleet.published),
+            "dropped_entries": ("Routed requests not published (queue full or Redis away).",
+                                fleet.dropped),
+            "applied_entries": ("Routed requests of other instances learned from.",
+                                fleet.applied),
+            "bad_entries": ("Stream entries that could not be decoded.", fleet.bad_entries),
+            "resyncs": ("Catch-ups from the snapshot or the stream's tail.", fleet.resyncs),
+        }
+        for name, (text, value) in counters.items():
+            yield CounterMetricFamily(f"prefixgate_redis_{name}", text, value=value)
+        yield GaugeMetricFamily("prefixgate_redis_peers",
+                                "Other gateway instances heard from recently.",
+                                value=fleet.peers())
+        remote = GaugeMetricFamily("prefixgate_redis_remote_inflight",
+                                   "Other instances' requests in flight, per replica.",
+                                   labels=["replica"])
+        counts = fleet.remote_inflight()
+        for replica in fleet.pool:
+            remote.add_metric([replica.id], counts.get(replica.id, 0))
+        yield remote
+
+
+def fleet_collectors(fleet: FleetSync | None) -> list[Collector]:
+    """What ``GatewayMetrics(extra=...)`` registers for the shared routing state."""
+    return [] if fleet is None else [FleetCollector(fleet)]

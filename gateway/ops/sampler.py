@@ -1,0 +1,49 @@
+"""Sample the gateway's metrics registry into :class:`OpsStats` on a fixed period.
+
+The registry is the one source of the ops view (``gateway.ops.stats``): the
+pool's probe loops keep the replicas' series current, the recorder the
+gateway's own; this loop only collects the registry (no I/O) every
+``interval`` seconds. ``start`` takes the first sample at once, so the
+series at start-up are the baseline of the "since start" figures. The loop
+is a task owned by the app's lifespan and stops on ``aclose``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from prometheus_client import CollectorRegistry
+
+from engine.pool.replicas import ReplicaPool
+from engine.tasks import cancel
+from gateway.ops.stats import OpsStats, ReplicaReading, read_registry
+
+log = logging.getLogger("prefixgate.ops")
+
+
+class OpsSampler:
+    def __init__(self, pool: ReplicaPool, registry: CollectorRegistry, stats: OpsStats) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.stats = stats
+        self._task: asyncio.Task[None] | None = None
+
+    def readings(self) -> list[ReplicaReading]:
+        return read_registry(self.registry, (replica.id for replica in self.pool))
+
+    def start(self) -> None:
+        self.stats.sample(self.readings())
+        self._task = asyncio.create_task(self._loop(), name="ops-sampler")
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        await cancel(task)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.stats.interval)
+            try:
+                self.stats.sample(self.readings())
+            except Exception:  # a bad reading must not end the ops view for good
+                log.exception("ops sample failed")

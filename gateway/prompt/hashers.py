@@ -1,0 +1,153 @@
+"""One :class:`PromptHasher` per served model, and which tokenizer each uses.
+
+Models configured with a tokenizer folder are loaded at start-up. Every
+other model the replicas serve is resolved by :meth:`HasherSet.discover`
+(``gateway.prompt.tokenizer_source``: the replica's model folder, the local Hugging
+Face cache, else the byte renderer), once the pool has read the replicas'
+``/v1/models``, and again whenever a replica joins with a model not seen
+before. Loading a tokenizer takes a second or so, so it runs in a worker
+thread; until a model is resolved its requests are hashed by the byte
+renderer (they still route by prefix).
+
+What was chosen is loud: one log line per model at start-up (a warning for
+the byte renderer), ``tokenizers()`` for ``/ready`` and ``/admin/replicas``,
+and ``prefixgate_tokenizer_info{model,source}`` (``gateway.ops.metrics``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from engine.tokenizer import ByteRenderer, Renderer, load_renderer
+from gateway.config import LimitSettings, ModelSettings
+from gateway.prompt.render import PromptHasher
+from gateway.prompt.tokenizer_source import (
+    TokenizerChoice,
+    configured_folder_problem,
+    find_tokenizer,
+)
+
+log = logging.getLogger("prefixgate.hashers")
+
+RootOf = Callable[[str], "str | None"]
+"""A served model's root as a replica reports it (``ReplicaPool.model_root``)."""
+
+
+class TokenizerConfigError(ValueError):
+    """A configured tokenizer that cannot be used: a folder that is missing, holds no
+    tokenizer or does not load, or ``--tokenizer`` without ``--model`` while the
+    replicas serve several models."""
+
+
+class HasherSet:
+    def __init__(self, models: list[ModelSettings], default_tokenizer: str | None = None,
+                 loader: Callable[[str | None], Renderer] = load_renderer,
+                 limits: LimitSettings | None = None) -> None:
+        self._loader = loader
+        self._default_tokenizer = default_tokenizer
+        self.limits = limits if limits is not None else LimitSettings()
+        self._hashers: dict[str, PromptHasher] = {}
+        self._choices: dict[str, TokenizerChoice] = {}
+        self._bytes = PromptHasher(ByteRenderer(), self.limits)
+        self._pending: dict[str, asyncio.Task[None]] = {}
+        for folder in filter(None, [default_tokenizer, *(m.tokenizer for m in models)]):
+            problem = configured_folder_problem(folder)
+            if problem:
+                raise TokenizerConfigError(f"{problem} (--tokenizer / models[].tokenizer)")
+        for model in models:
+            if model.name in self._choices:
+                continue
+            if model.tokenizer:
+                self._adopt(model.name, find_tokenizer(model.name, model.tokenizer, None),
+                            PromptHasher(self._load(model.tokenizer), self.limits))
+
+    def _load(self, folder: str) -> Renderer:
+        try:
+            return self._loader(folder)
+        except (OSError, ValueError) as exc:
+            raise TokenizerConfigError(
+                f"tokenizer folder {folder} does not load ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    # -- lookup --------------------------------------------------------------------
+
+    def get(self, model: str) -> PromptHasher:
+        return self._hashers.get(model, self._bytes)
+
+    def has_tokenizer(self, model: str) -> bool:
+        return model in self._hashers
+
+    def items(self) -> list[tuple[str, PromptHasher]]:
+        return list(self._hashers.items())
+
+    def every(self) -> list[tuple[str, PromptHasher]]:
+        """Each model's hasher, and the byte renderer's (shared by models without one) as ``*``."""
+        return [*self._hashers.items(), ("*", self._bytes)]
+
+    def choice(self, model: str) -> TokenizerChoice | None:
+        return self._choices.get(model)
+
+    def tokenizers(self) -> dict[str, dict[str, str | None]]:
+        """Per model: where its tokenizer came from (for ``/ready`` and the ops view)."""
+        return {model: {"source": c.source, "path": c.path} for model, c in self._choices.items()}
+
+    # -- discovery -------------------------------------------------------------------
+
+    async def discover(self, models: list[str], root_of: RootOf) -> None:
+        """Resolve every model in ``models`` that has no tokenizer yet, and wait for it."""
+        self.notice(models, root_of)
+        await asyncio.gather(*(asyncio.shield(t) for t in list(self._pending.values())))
+
+    def notice(self, models: list[str], root_of: RootOf) -> None:
+        """Start resolving the models in ``models`` not seen before (does not wait)."""
+        new = [m for m in dict.fromkeys(models)
+               if m not in self._choices and m not in self._pending]
+        if not new:
+            return
+        if self._default_tokenizer:
+            served = sorted(set(models) | set(self._choices))
+            if len(served) > 1:
+                raise TokenizerConfigError(
+                    f"--tokenizer {self._default_tokenizer} was given without --model, but the "
+                    f"replicas serve {len(served)} models ({', '.join(served)}): name the model "
+                    "it belongs to with --model NAME (or list models[].tokenizer in the config)")
+        for model in new:
+            task = asyncio.ensure_future(self._resolve(model, root_of(model)))
+            self._pending[model] = task
+            task.add_done_callback(self._resolved)
+
+    def _resolved(self, task: asyncio.Future[None]) -> None:
+        for model, pending in list(self._pending.items()):
+            if pending is task:
+                del self._pending[model]
+
+    async def _resolve(self, model: str, root: str | None) -> None:
+        choice = find_tokenizer(model, self._default_tokenizer, root)
+        if not choice.real:
+            self._adopt(model, choice, None)
+            return
+        try:
+            renderer = await asyncio.to_thread(self._loader, choice.path)
+        except (OSError, ValueError) as exc:
+            self._adopt(model, TokenizerChoice(
+                "bytes", None, f"loading {choice.path} failed ({type(exc).__name__}: {exc})"), None)
+            return
+        self._adopt(model, choice, PromptHasher(renderer, self.limits))
+
+    def _adopt(self, model: str, choice: TokenizerChoice, hasher: PromptHasher | None) -> None:
+        self._choices[model] = choice
+        if hasher is not None:
+            self._hashers[model] = hasher
+            log.info("model %s: tokenizer from %s", model, choice.note)
+        else:
+            log.warning("model %s: no tokenizer (%s): routing by byte prefix, token counts "
+                        "estimated; give the folder with --model %s --tokenizer PATH",
+                        model, choice.note, model)
+
+    async def aclose(self) -> None:
+        pending = list(self._pending.values())
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)

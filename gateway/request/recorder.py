@@ -1,0 +1,109 @@
+"""What the gateway does with a finished exchange: metrics and one log line.
+
+``Recorder`` observes each routed request's lifecycle (``gateway.request.lifecycle``)
+and acts once, when it is complete (its last byte sent, or it failed): the
+per-replica counters and histograms of ``gateway.ops.metrics`` (which the ops
+view reads too: ``gateway.ops.stats``), and, when the access log is on, one
+JSON line without prompt text. (What the policy learns is the router's:
+``gateway.request.routing``.)
+
+``count_responses`` wraps the whole app: every answer that no exchange
+recorded — the gateway's own errors (400, 404, 413, 502, 503, ...), refusals
+before a request is routed — is counted in ``prefixgate_requests_total``
+with replica ``none``, so the error panels see an outage, not a gap.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.ops.metrics import GatewayMetrics
+from gateway.request.exchange import MODEL, RECORDED, Exchange
+from gateway.request.lifecycle import Silent
+
+log = logging.getLogger("prefixgate.access")
+
+
+class Recorder(Silent):
+    def __init__(self, metrics: GatewayMetrics, policy_name: str) -> None:
+        self.metrics = metrics
+        self.policy_name = policy_name
+
+    def on_complete(self, exchange: Exchange) -> None:
+        exchange.client.scope[RECORDED] = True
+        m, outcome, request = self.metrics, exchange.outcome, exchange.request
+        replica = outcome.replica_id or "none"
+        m.requests.labels(exchange.model, replica, str(outcome.status)).inc()
+        elapsed = time.perf_counter() - exchange.started
+        predicted = exchange.predicted_cached(replica)
+        prompt_tokens = request.prompt_tokens if request is not None else 0
+        if outcome.status == 200 and outcome.replica_id:
+            m.request_seconds.labels(replica).observe(elapsed)
+            m.prompt_tokens.labels(replica).inc(prompt_tokens)
+            m.predicted_cached_tokens.labels(replica).inc(predicted)
+            if outcome.ttft is not None:
+                m.ttft_seconds.labels(replica).observe(outcome.ttft)
+                if outcome.output_tokens > 1:
+                    m.tpot_seconds.labels(replica).observe(
+                        (elapsed - outcome.ttft) / (outcome.output_tokens - 1))
+            if outcome.usage is not None:
+                m.usage_prompt_tokens.labels(replica).inc(outcome.usage.prompt_tokens)
+                m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
+                if outcome.usage.cached_tokens is not None:
+                    m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
+        if log.isEnabledFor(logging.INFO):
+            decision = exchange.decision
+            log.info(orjson.dumps({
+                "request_id": exchange.request_id, "model": exchange.model, "replica": replica,
+                "policy": self.policy_name,
+                "reason": exchange.reason(replica) if decision is not None else None,
+                "status": outcome.status, "attempts": outcome.attempts,
+                "prompt_tokens": prompt_tokens, "matched_tokens": predicted,
+                "cached_tokens": outcome.usage.cached_tokens if outcome.usage else None,
+                "ttft_s": round(outcome.ttft, 4) if outcome.ttft is not None else None,
+                "total_s": round(elapsed, 4), "error": outcome.error,
+            }).decode())
+
+
+UNCOUNTED_PATHS = ("/health", "/ready", "/metrics", "/admin", "/dashboard", "/openapi.json")
+"""The gateway's own ops routes: not requests of the API, not in ``requests_total``."""
+
+
+class ResponseCounter:
+    """Wraps the app: counts each HTTP answer that no exchange recorded, by status."""
+
+    def __init__(self, app: ASGIApp, metrics: Callable[[], GatewayMetrics | None]) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"].startswith(UNCOUNTED_PATHS):
+            await self.app(scope, receive, send)
+            return
+        seen = _Status(send)
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            m = self.metrics()
+            if m is not None and seen.status and not scope.get(RECORDED):
+                m.requests.labels(scope.get(MODEL) or "none", "none", str(seen.status)).inc()
+
+
+class _Status:
+    """A ``send`` that remembers the status it started a response with."""
+
+    __slots__ = ("send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.status = 0
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+        await self.send(message)

@@ -1,0 +1,108 @@
+"""What the gateway reads from a request body at the HTTP edge.
+
+The gateway is no stricter than vLLM: it rejects only what it must
+understand to route — a body that is not JSON or not a JSON object, a
+``model`` that is not a string (or missing while several models are
+served: ``dispatch.resolve_model``), a body over the size limit. Every other
+field, of whatever type or value (a custom role such as ``ipython``,
+``max_tokens=0`` with ``echo``, a completion with only ``prompt_embeds``,
+``n`` above 128), goes to the replica in the bytes the client sent, and the
+replica answers it as vLLM does. A field routing would like but that has an
+odd type (``user``, ``stream``) is read as absent.
+
+The pydantic models below are the chat request's shape as the prompt
+linter's own API checks it (``gateway.server.lint_routes``); extra fields are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.errors import InvalidRequest
+
+_TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
+"""What pydantic's lax ``bool`` (vLLM's ``stream``) reads as true in a string."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingFields:
+    """The fields of a body routing reads (each None/False when absent or odd)."""
+
+    model: str | None = None
+    stream: bool = False
+    user: str | None = None
+
+
+def routing_fields(data: Mapping[str, Any]) -> RoutingFields:
+    """Read ``model``, ``stream`` and ``user``; a non-string ``model`` is a 400."""
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        raise InvalidRequest("model: Input should be a valid string", param="model")
+    user = data.get("user")
+    return RoutingFields(model=model or None, stream=flag(data.get("stream")),
+                         user=user if isinstance(user, str) else None)
+
+
+def flag(value: Any) -> bool:
+    """A boolean the way vLLM's pydantic models read one (JSON, form field or query)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value == 1
+    return isinstance(value, str) and value.strip().lower() in _TRUE
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return data
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(Open):
+    role: str
+    content: str | list[Any] | None = None
+    name: str | None = None
+
+
+class ChatBody(Open):
+    model: str | None = None
+    messages: list[Message] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    user: str | None = None
+    cache_salt: str | None = None
+
+
+def validate(model_cls: type[BaseModel], data: dict[str, Any]) -> BaseModel:
+    try:
+        return model_cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = json_path(err["loc"]) or None
+        msg = "field required" if err["type"] == "missing" else err["msg"]
+        raise InvalidRequest(f"{param}: {msg}" if param else msg, param=param) from None
+
+
+def json_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
+    """pydantic's location as a JSON path: ``messages[0].content``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not part.startswith(("function-", "union[")) and part not in ("str", "list[any]"):
+            out += f".{part}" if out else part
+    return out

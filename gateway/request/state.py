@@ -1,0 +1,63 @@
+"""Everything one gateway instance holds, wired by ``create_app``.
+
+No module globals: the app owns one ``GatewayState``; routes reach it through
+the closure that built them. ``describe`` reduces an exchange's request to
+what routing needs (its KV blocks, from the model's ``PromptHasher``) and
+moves heavy prompt work off the event loop. What happens to the request
+after its decision is told to the proxy's lifecycle observers
+(``gateway.request.lifecycle``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from engine.pool.replicas import ReplicaPool
+from gateway.config import Settings
+from gateway.ops.metrics import GatewayMetrics
+from gateway.prompt.hashers import HasherSet
+from gateway.request.exchange import Exchange
+from gateway.request.proxy import Proxy
+from gateway.request.routing import Router
+from policies.types import RouteRequest
+
+
+class GatewayState:
+    def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
+                 metrics: GatewayMetrics, hashers: HasherSet) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.router = router
+        self.proxy = proxy
+        self.metrics = metrics
+        self.started_at = time.time()
+        self.hashers = hashers
+        self.redis_status: Callable[[], dict[str, object]] | None = None
+        """The shared routing state's condition for ``/ready`` (``gateway.fleet.sync``),
+        None without ``redis_url``."""
+
+    def expected_models(self) -> list[str]:
+        configured = [m.name for m in self.settings.models]
+        configured += [r.model for r in self.settings.replicas if r.model]
+        return list(dict.fromkeys(configured)) or self.pool.known_models()
+
+    async def describe(self, exchange: Exchange) -> RouteRequest:
+        """What routing needs to know of a request: its prompt's blocks.
+
+        The decision sees every full block of the prompt up to the routing
+        bounds (``gateway.prompt.bounds``), exactly as a full render and tokenize
+        would give them: text shared with earlier requests can sit inside a
+        piece never seen whole (a message that grows, a document with a new
+        question appended), so no piece may be left out. Pieces tokenized
+        before are memoized; what is left to tokenize goes to a worker thread
+        when it is long (``PromptHasher.analyse``), so the loop never stalls
+        on it; a request routing cannot analyse is routed by load.
+        """
+        model, (kind, body) = exchange.model, exchange.prompt or ("", {})
+        session_key, request_id = exchange.session_key, exchange.request_id
+        block_size = self.router.block_size(model)
+        if not self.router.policy.uses_prefix or exchange.prompt is None:
+            return RouteRequest(model, (), 0, block_size, session_key, request_id)
+        return await self.hashers.get(model).analyse(model, body, kind, block_size,
+                                                     session_key, request_id)

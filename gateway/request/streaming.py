@@ -1,0 +1,159 @@
+"""An ASGI response that relays a replica's stream and cleans up however it ends.
+
+It owns what the request acquired (the replica lease, the upstream response)
+through an ``ExitStack``/close callback and releases it in ``finally`` —
+after the last byte, on an upstream failure, or when the client goes away.
+A disconnect is noticed by listening on ``receive`` while relaying, and it
+cancels the relay, which closes the upstream connection: vLLM then aborts
+the request and frees its KV blocks.
+
+An upstream failure after the first byte cannot be retried (the client has
+part of the answer), so it ends the stream with an OpenAI-shaped error event
+that the official client raises as an ``APIError``. So does the end of the
+gateway's drain period (``cut``, see ``gateway.request.drain``): a stream is never
+left as a truncated body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from engine.errors import EngineError
+from gateway.errors import error_body
+
+RAW_SEND = "prefixgate.send"
+"""Scope key of the server's unwrapped ``send`` (set by ``gateway.server.app.GatewayApp``)."""
+
+Tracker = Callable[[object], contextlib.AbstractContextManager[None]]
+"""``gateway.request.drain.Drain.tracking``: holds the stream while it relays, so it can be cut."""
+
+
+def error_event(status: int, message: str, type_: str, code: str) -> bytes:
+    """An OpenAI-shaped error as the last SSE event of a stream."""
+    return b"data: " + orjson.dumps(error_body(status, message, type_, code=code)) + b"\n\n"
+
+
+class StreamCut(Exception):
+    """The gateway ended the stream (its drain period is over)."""
+
+
+@contextlib.contextmanager
+def _untracked(item: object) -> Iterator[None]:
+    yield
+
+
+class RelayStream(Response):
+    def __init__(
+        self,
+        first_chunk: bytes,
+        rest: AsyncIterator[bytes],
+        status_code: int,
+        headers: Mapping[str, str],
+        on_chunk: Callable[[bytes], None],
+        on_finish: Callable[[BaseException | None], Awaitable[None]],
+        on_first_sent: Callable[[], None] | None = None,
+        tracking: Tracker = _untracked,
+        disconnected: asyncio.Future[None] | None = None,
+    ) -> None:
+        # Not Response.__init__: it would add a content-length for an empty body.
+        self.first_chunk = first_chunk
+        self.rest = rest
+        self.status_code = status_code
+        self.background = None
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+                            for k, v in headers.items()]
+        self.on_chunk = on_chunk
+        self.on_finish = on_finish
+        self.on_first_sent = on_first_sent
+        self.tracking = tracking
+        self.disconnected = disconnected
+        """Done when the client has left (the proxy's watch); else the relay watches."""
+        self._relay_task: asyncio.Future[None] | None = None
+        self._cut = False
+
+    def cut(self) -> None:
+        """End the stream now with an error event (the drain period is over)."""
+        self._cut = True
+        if self._relay_task is not None:
+            self._relay_task.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body_send = scope.get(RAW_SEND, send)
+        outcome: BaseException | None = None
+        try:
+            # The start and the first chunk go out from the handler's own task.
+            # A new task would first wait its turn behind everything the loop
+            # has ready: under load, the burst of other streams' chunks that a
+            # replica's engine step releases at once, which is when a first
+            # token arrives.
+            with self.tracking(self):
+                await self._begin(send, body_send)
+                outcome = await self._relay_rest(receive, send, body_send)
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            await self.on_finish(outcome)
+
+    async def _begin(self, send: Send, body_send: Send) -> None:
+        # The start goes through the middlewares (they note that a response
+        # began); the body chunks go straight to the server.
+        await send({"type": "http.response.start", "status": self.status_code,
+                    "headers": self.raw_headers})
+        self.on_chunk(self.first_chunk)
+        await body_send({"type": "http.response.body", "body": self.first_chunk,
+                         "more_body": True})
+        if self.on_first_sent is not None:
+            self.on_first_sent()
+
+    async def _relay_rest(self, receive: Receive, send: Send,
+                          body_send: Send) -> BaseException | None:
+        """Relay the rest until it ends (its error, or None) or the client leaves."""
+        relay = self._relay_task = asyncio.ensure_future(self._relay(send, body_send))
+        if self._cut:
+            relay.cancel()
+        watcher = self.disconnected or asyncio.ensure_future(wait_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait({relay, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            relay.cancel()
+            raise
+        finally:
+            watcher.cancel()
+        if relay in done and not relay.cancelled():
+            return relay.exception()
+        relay.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await relay
+        if self._cut and watcher not in done:
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": error_event(503, "the gateway is shutting down: stream ended",
+                                            "ServiceUnavailableError", "gateway_draining")})
+            return StreamCut("the drain period is over")
+        return ConnectionAbortedError("client disconnected")
+
+    async def _relay(self, send: Send, body_send: Send) -> None:
+        on_chunk = self.on_chunk
+        try:
+            async for chunk in self.rest:
+                on_chunk(chunk)
+                await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except EngineError as exc:
+            payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
+                                  "BadGatewayError", "upstream_stream_broken")
+            await send({"type": "http.response.body", "body": payload, "more_body": False})
+            raise
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

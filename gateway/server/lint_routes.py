@@ -1,0 +1,124 @@
+"""The prompt linter's routes.
+
+    POST /v1/prompt/lint   lint one chat request, or {"requests": [...]} from one app
+    GET  /admin/drift      prefix drift events and what each group learned (JSON)
+    GET  /admin/lint       the most frequent findings in live traffic (JSON)
+
+The body limit, JSON parsing and error shapes are the chat route's
+(``api.read_body``, ``schemas``): too large is 413, bad JSON or schema 400,
+an unknown model 404, a body nested deeper than ``MAX_DEPTH`` levels 400
+(the linter walks every string of ``tools``). Linting renders and tokenizes,
+so it runs in a worker thread.
+
+``/admin/drift`` shows positions, lengths and hashes; the changed text only
+with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts: by
+default one admitted with an ``admin`` key (``gateway.auth.keys``; without
+``api_keys`` nobody is, so no text is shown). The tool names in each group's
+shape are prompt content too, and every tenant's: other callers see how many
+tools a group has and a keyed hash of their names, not the names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from engine.tokenizer import RenderError
+from gateway.auth.keys import GRANT, Grant
+from gateway.errors import InvalidRequest, ModelNotFound
+from gateway.jsonresp import JSONResponse
+from gateway.lint.service import LintService
+from gateway.lint.structure import MAX_DEPTH, deeper_than
+from gateway.request.schemas import ChatBody, parse_json, validate
+from gateway.request.state import GatewayState
+from gateway.server.routes import read_body
+
+MAX_BATCH = 1000
+
+
+def lint_model(state: GatewayState, requested: object) -> str:
+    known = list(dict.fromkeys(state.expected_models() + state.pool.known_models()))
+    if requested is None:
+        if known:
+            return known[0]
+        raise InvalidRequest("model: field required", param="model")
+    if not isinstance(requested, str) or requested not in known:
+        raise ModelNotFound(f"The model `{requested}` does not exist.", param="model")
+    return requested
+
+
+def _requests(data: dict[str, Any]) -> list[dict[str, Any]]:
+    items = data.get("requests")
+    if not isinstance(items, list) or not items:
+        raise InvalidRequest("requests: must be a non-empty list of chat requests",
+                             param="requests")
+    if len(items) > MAX_BATCH:
+        raise InvalidRequest(f"requests: at most {MAX_BATCH} requests", param="requests")
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"requests[{index}]: must be a chat request object",
+                                 param=f"requests[{index}]")
+        try:
+            validate(ChatBody, item)
+        except InvalidRequest as exc:
+            param = f"requests[{index}].{exc.param}" if exc.param else f"requests[{index}]"
+            raise InvalidRequest(f"requests[{index}].{exc.message}", param=param) from None
+    return items
+
+
+def check_depth(data: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if deeper_than(value, MAX_DEPTH - 1):
+            raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
+
+
+def admin_key(request: Request) -> bool:
+    """Whether the request was admitted with an admin API key."""
+    grant = request.scope.get(GRANT)
+    return isinstance(grant, Grant) and grant.principal.admin
+
+
+def build_lint_router(state: GatewayState, service: LintService,
+                      admin_caller: Callable[[Request], bool] = admin_key) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/prompt/lint")
+    async def prompt_lint(request: Request) -> Response:
+        data = parse_json(await read_body(request, state.settings.max_body_bytes))
+        check_depth(data)
+        batch = "requests" in data and "messages" not in data
+        if batch:
+            items = _requests(data)
+            model = lint_model(state, data.get("model") or items[0].get("model"))
+        else:
+            validate(ChatBody, data)
+            items = [data]
+            model = lint_model(state, data.get("model"))
+        block_size = state.router.block_size(model)
+        try:
+            if batch:
+                report: Any = await asyncio.to_thread(service.lint_batch, model, items, block_size)
+            else:
+                report = await asyncio.to_thread(service.lint_one, model, data, block_size)
+        except RenderError as exc:
+            raise InvalidRequest(f"the request cannot be rendered with the chat template of "
+                                 f"{model}: {exc}", param="messages") from None
+        return JSONResponse(report.to_json())
+
+    @router.get("/admin/drift")
+    async def admin_drift(request: Request) -> Response:
+        return JSONResponse(service.drift_report(include_text=admin_caller(request)),
+                            headers={"cache-control": "no-store"})
+
+    @router.get("/admin/lint")
+    async def admin_lint() -> Response:
+        return JSONResponse({"findings": [
+            {"kind": s.kind, "count": s.count, "severity": s.severity,
+             "suggestion": s.suggestion} for s in service.top_findings(50)]},
+            headers={"cache-control": "no-store"})
+
+    return router

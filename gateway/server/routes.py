@@ -1,0 +1,153 @@
+"""The HTTP face: vLLM's OpenAI routes, relayed, and the gateway's own.
+
+    every route of ``gateway.server.vllm_routes.ROUTES``   routed and relayed (``routed``)
+    GET  /v1/models             every healthy replica's model entries, merged by id
+    GET  /v1/models/{model}     one of them (OpenAI's ``models.retrieve``)
+    GET  /version               vLLM's version (the first healthy replica's), the
+                                gateway's, and each replica's
+    GET  /health                the gateway process is alive
+    GET  /ready                 every configured model has a healthy replica
+    GET  /metrics               Prometheus text
+
+Any other path is a 404 in OpenAI's error shape (``gateway.errors``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import Response
+
+from engine.errors import EngineError
+from gateway.errors import BodyTooLarge, ModelNotFound
+from gateway.jsonresp import JSONResponse
+from gateway.request.dispatch import Dispatcher
+from gateway.request.exchange import Exchange, Route
+from gateway.request.forwarding import secret_test
+from gateway.request.state import GatewayState
+from gateway.server.vllm_routes import ROUTES
+from gateway.version import gateway_version
+
+log = logging.getLogger("prefixgate.access")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_router(state: GatewayState, dispatcher: Dispatcher | None = None) -> APIRouter:
+    router = APIRouter()
+    dispatch = dispatcher if dispatcher is not None else Dispatcher(state)
+    is_secret = secret_test(state.settings)
+
+    async def routed(request: Request, route: Route) -> Response:
+        """read -> parse -> decide (the lifecycle hears it) -> forward -> remember."""
+        exchange = Exchange(request, route)
+        exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
+        await dispatch.decide(exchange)
+        state.proxy.lifecycle.decided(exchange)
+        response = await state.proxy.forward(exchange)
+        dispatch.homes.remember(exchange, response)
+        return response
+
+    for route in ROUTES:
+        router.add_api_route(route.path, _handler(routed, route), methods=[route.method])
+
+    @router.get("/v1/models")
+    async def models() -> Response:
+        return JSONResponse({"object": "list", "data": model_cards(state)})
+
+    @router.get("/v1/models/{model_id:path}")
+    async def model(model_id: str) -> Response:
+        for card in model_cards(state):
+            if card["id"] == model_id:
+                return JSONResponse(card)
+        raise ModelNotFound(f"The model `{model_id}` does not exist.", param="model")
+
+    @router.get("/version")
+    async def versions() -> Response:
+        replicas = await replica_versions(state)
+        first = next((v for v in replicas.values() if v is not None), None)
+        return JSONResponse({"version": first, "prefixgate": gateway_version(),
+                             "replicas": replicas})
+
+    @router.get("/health")
+    async def health() -> Response:
+        return JSONResponse({"status": "ok"})
+
+    @router.get("/ready")
+    async def ready() -> Response:
+        models = state.expected_models()
+        missing = [m for m in models if not any(r.healthy for r in state.pool.serving(m))]
+        tokenizers = state.hashers.tokenizers()
+        # Redis (shared routing state) is optional: it is reported, never a reason to be unready.
+        redis = {"redis": state.redis_status()} if state.redis_status is not None else {}
+        if not models or missing:
+            return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"],
+                                 "tokenizers": tokenizers, **redis}, status_code=503)
+        return JSONResponse({"ready": True, "models": models, "tokenizers": tokenizers,
+                             **redis})
+
+    @router.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router
+
+
+Routed = Callable[[Request, Route], Awaitable[Response]]
+
+
+def _handler(routed: Routed, route: Route) -> Callable[[Request], Awaitable[Response]]:
+    async def handle(request: Request) -> Response:
+        return await routed(request, route)
+    handle.__name__ = f"{route.kind}_{route.method.lower()}"
+    return handle
+
+
+def model_cards(state: GatewayState) -> list[dict[str, Any]]:
+    """The healthy replicas' own ``/v1/models`` entries (``max_model_len``,
+    ``permission``, ``owned_by``, ``root`` as vLLM sent them), one per model id; a
+    model a healthy replica serves without having listed it gets a plain entry."""
+    cards: list[dict[str, Any]] = [dict(card) for card in state.pool.model_cards()]
+    listed = {card["id"] for card in cards}
+    created = int(state.started_at)
+    cards += [{"id": name, "object": "model", "created": created, "owned_by": "vllm",
+               "root": name, "parent": None}
+              for name in state.pool.healthy_models() if name not in listed]
+    return cards
+
+
+async def replica_versions(state: GatewayState) -> dict[str, str | None]:
+    """Each replica's ``GET /version`` (None when it is out of rotation or cannot say)."""
+    replicas = list(state.pool)
+
+    async def ask(replica_id: str, healthy: bool) -> str | None:
+        if not healthy:
+            return None
+        try:
+            status, body = await state.pool.get(replica_id).backend.get("/version")
+            answer = orjson.loads(body) if status == 200 else None
+        except (EngineError, orjson.JSONDecodeError):
+            return None
+        found = answer.get("version") if isinstance(answer, dict) else None
+        return found if isinstance(found, str) else None
+
+    found = await asyncio.gather(*(ask(r.id, r.healthy) for r in replicas))
+    return dict(zip((r.id for r in replicas), found))
