@@ -13,8 +13,11 @@ Continuous batching in steps. Each step, with a budget of
    supplies the longest cached block prefix, the rest needs fresh blocks. The
    first request that cannot get its blocks stops admission (FCFS); it and
    everyone behind it stay waiting (``vllm:num_requests_waiting``).
-3. Blocks that became full are registered in the prefix cache right away,
-   as vLLM does at allocation time.
+3. Blocks that become full are registered in the prefix cache as each
+   request is scheduled, as vLLM's ``allocate_slots`` does: a waiting request
+   admitted after another in the same pass finds the blocks that one is about
+   to compute (vLLM 0.32, ``KVCacheManager.allocate_slots`` caches up to the
+   tokens scheduled before the next request's ``get_computed_blocks``).
 
 The step then "runs" for::
 
@@ -195,13 +198,12 @@ class Engine:
             if not scheduled:
                 break
             work.append((request, wanted))
+            self._commit_full_blocks(request, request.num_computed_tokens + wanted)
             budget -= wanted
             position += 1
         if not preempted:
             budget = self._admit(work, budget)
         self._queued = len(self.waiting)
-        for request, count in work:
-            self._commit_full_blocks(request, request.num_computed_tokens + count)
         decode_seqs = sum(1 for request, _ in work if request.is_decoding)
         prefill_tokens = sum(count for request, count in work if not request.is_decoding)
         return ScheduledStep(
@@ -284,6 +286,9 @@ class Engine:
             self.running.append(request)
             self.observer.on_admitted(request, request.num_tokens, computed, first_admission)
             work.append((request, wanted))
+            # Registered now, as vLLM's allocate_slots does, so a request admitted after
+            # it in this same pass finds its prefix (a burst shares one prefill).
+            self._commit_full_blocks(request, computed + wanted)
             budget -= wanted
         return budget
 

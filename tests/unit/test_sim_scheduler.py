@@ -159,6 +159,20 @@ def test_a_repeated_prompt_hits_the_cache_and_starts_sooner() -> None:
     assert ttft(second) < ttft(first)
 
 
+def test_requests_admitted_in_one_step_share_the_prefix_the_first_computes() -> None:
+    """As vLLM's allocate_slots registers a request's blocks before the next request of
+    the same scheduling pass looks up its own: a burst of one prefix pays one prefill."""
+    engine, recorder = make_engine(num_blocks=256)
+    shared = list(range(1, 65))
+    for i in range(4):
+        make_request(engine, shared + [1000 + i] * 8, name=f"r{i}")
+    step = engine.schedule()
+    assert len(step.work) == 4
+    assert recorder.hits == 3 * 64                  # the last three found the first's 64
+    assert step.prefill_tokens == 64 + 4 * 8        # the prefix computed once
+    run_until_done(engine)
+
+
 def test_long_prompts_are_prefilled_in_chunks_of_the_token_budget() -> None:
     engine, _ = make_engine(max_num_batched_tokens=256)
     request = make_request(engine, list(range(600)))
