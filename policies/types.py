@@ -21,9 +21,11 @@ class ReplicaView:
     inflight: int = 0
     """Requests the gateway has sent to this replica and not yet finished."""
     running: int = 0
-    """``vllm:num_requests_running`` from the last scrape."""
+    """Requests the engine runs, as best known now (``vllm:num_requests_running``: the
+    pool counts other clients' as of its last scrape and the gateway's own as of now)."""
     waiting: int = 0
-    """``vllm:num_requests_waiting`` from the last scrape."""
+    """Requests the engine queues, as best known now (``vllm:num_requests_waiting``, the
+    same way: the gateway's own not yet prefilled count as queued)."""
     kv_usage: float = 0.0
     """``vllm:kv_cache_usage_perc`` in [0, 1] from the last scrape."""
     block_size: int = 16

@@ -95,6 +95,8 @@ class Replica:
     probes: int = 0
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     """Starts open with its cool-down behind it: the first probe is its trial."""
+    inflight_at_scrape: int = 0
+    """The gateway's requests in flight there (all instances') when ``metrics`` was read."""
     prefill: PrefillQueue = field(default_factory=PrefillQueue)
     """The prefill the gateway sent here that the replica has not confirmed."""
     measured_seconds_per_token: float | None = None
@@ -131,12 +133,21 @@ class Replica:
         return "plan" if self.spec.planned_blocks else None
 
     def view(self, default_block_size: int, now: float) -> ReplicaView:
+        # The engine's counts as best known now: other clients' requests as of the last
+        # scrape (the engine's counts then, less what the gateway had in flight there),
+        # plus the gateway's own now. The raw scrape lags by up to a probe interval: a
+        # burst that just ended still ran there, and a replica it ran on looked loaded
+        # to the whole next burst.
+        m, inflight = self.metrics, self.inflight + self.remote_inflight
+        foreign = max(0, m.running + m.waiting - self.inflight_at_scrape)
+        foreign_waiting = min(m.waiting, foreign)
+        pending = self.prefill.requests
         return ReplicaView(
             id=self.spec.id,
             healthy=self.breaker.admits(now),
-            inflight=self.inflight + self.remote_inflight,
-            running=self.metrics.running,
-            waiting=self.metrics.waiting,
+            inflight=inflight,
+            running=foreign - foreign_waiting + max(0, inflight - pending),
+            waiting=foreign_waiting + min(pending, inflight),
             kv_usage=self.metrics.kv_usage,
             block_size=self.block_size(default_block_size),
             block_capacity=self.capacity_blocks,
@@ -407,6 +418,7 @@ class ReplicaPool:
             if status == 200:
                 before, replica.metrics = (replica.metrics,
                                            parse_vllm_metrics(body.decode("utf-8", "replace")))
+                replica.inflight_at_scrape = replica.inflight + replica.remote_inflight
                 if (replica.metrics.generation_tokens > before.generation_tokens
                         or replica.metrics.prompt_tokens > before.prompt_tokens):
                     # the tokens came some time after the previous scrape

@@ -45,7 +45,7 @@ async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]],
               max_tokens: int = 8) -> Answer:
     raw = await client.chat.completions.with_raw_response.create(
         model=MODEL, messages=messages, max_tokens=max_tokens, stream=True,  # type: ignore[arg-type]
-        stream_options={"include_usage": True})
+        stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
     cached = 0
     async for chunk in raw.parse():
         if chunk.usage is not None and chunk.usage.prompt_tokens_details is not None:
@@ -90,7 +90,7 @@ def four_sims() -> Iterator[list[SimProcess]]:
     sims = []
     for i in range(4):
         pub, replay = free_port(), free_port()
-        sim = SimProcess(sim_args(i, "--time-scale", "5", "--num-blocks", "2048",
+        sim = SimProcess(sim_args(i, "--time-scale", "1", "--num-blocks", "2048",
                                   "--kv-events-port", str(pub),
                                   "--kv-events-replay-port", str(replay)))
         sim.kv_ports = (pub, replay)  # type: ignore[attr-defined]
@@ -132,12 +132,16 @@ def test_bursts_spread_predict_what_the_replicas_serve_and_eject_nobody(
             burst = [m for p in prompts for m in burst_of(p, size // prefixes)]
             random.Random(round_).shuffle(burst)
             for repeat in range(2):   # a new prefix, then the same burst again
-                answers = asyncio.run(send_at_once(gw.url, burst))
+                # 48 tokens each at the simulator's real-time pace: the burst's requests
+                # are on the replicas together, as a benchmark client's are
+                answers = asyncio.run(send_at_once(gw.url, burst, max_tokens=48))
                 counts = per_replica(answers, len(four_sims))
                 assert max_over_mean(counts) <= 1.6, (words, repeat, counts)
                 matched = sum(a.matched for a in answers)
                 cached = sum(a.cached for a in answers)
-                assert cached > 0.8 * len(burst) * words, (words, repeat, cached)
+                # each replica a prefix lands on prefills it once: while that prefill is
+                # the bottleneck a burst is worth spreading over idle replicas
+                assert cached > 0.7 * len(burst) * words, (words, repeat, cached)
                 total_matched += matched
                 total_cached += cached
         assert 0.9 <= total_matched / total_cached <= 1.1, (total_matched, total_cached)
