@@ -4,10 +4,10 @@
 policy, and counts and times the decision. The router also observes each
 request's lifecycle (``gateway.request.lifecycle``) for the policy: an attempt
 ``sent`` to a replica puts the prompt's prefix on its way there
-(``Policy.sent``); that replica's first byte confirms it (``Policy.prefilled``,
-and the observers hear it: the shared routing state's publisher); an attempt
+(``Policy.sent``); that replica's first byte confirms it (``Policy.prefilled``); an attempt
 that failed first withdraws it (``Policy.abandoned``). Requests routed by
-load carry no prompt blocks and teach the policy nothing.
+load carry no prompt blocks and teach the policy nothing. (What the other
+gateway instances learn of it is another observer's: ``gateway.fleet.publisher``.)
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from gateway.request.exchange import Exchange
 from policies.base import Policy
 from policies.types import Decision, NoReplicaAvailable, RouteRequest
 
-Observer = Callable[[RouteRequest, str], None]
-
 
 class Router:
     def __init__(self, pool: ReplicaPool, policy: Policy, metrics: GatewayMetrics,
@@ -34,14 +32,7 @@ class Router:
         self.metrics = metrics
         self.retry_after = retry_after
         self.clock = clock
-        self._observers: list[Observer] = []
         pool.add_listener(self._on_health)
-
-    def add_observer(self, observer: Observer) -> None:
-        """``observer(request, replica_id)`` hears each request the policy learned from,
-        when its replica confirmed its prefill (shared routing state publishes it:
-        ``gateway.fleet.sync``); it must not block."""
-        self._observers.append(observer)
 
     def block_size(self, model: str) -> int:
         sizes = [r.block_size(self.pool.default_block_size)
@@ -78,8 +69,6 @@ class Router:
         request = exchange.request
         if request is not None and exchange.decision is not None:
             self.policy.prefilled(request, replica_id)
-            for observer in self._observers:
-                observer(request, replica_id)
 
     def on_failed(self, exchange: Exchange, replica_id: str) -> None:
         if exchange.request is not None and exchange.decision is not None:

@@ -27,6 +27,7 @@ from gateway.auth.keys import AuthMiddleware, load_store, watching
 from gateway.auth.shared import sharing
 from gateway.config import Settings
 from gateway.fleet.metrics import fleet_collectors
+from gateway.fleet.publisher import FleetPublisher
 from gateway.fleet.sync import fleet_of
 from gateway.lint.ops import dashboard_feeds
 from gateway.lint.service import LintLimits, LintService
@@ -155,14 +156,14 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
                                               *(keys.metrics.collectors() if keys else []),
                                               *fleet_collectors(fleet)])
         router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
-        if fleet is not None:
-            router.add_observer(fleet.routed)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn,
                                              text_samples=settings.lint.text_samples))
         lint.probe.compiled.resize(settings.limits.compiled_templates,
                                    settings.limits.compiled_template_bytes)
         observers: list[RequestObserver] = [router, Recorder(metrics, policy.name)]
+        if fleet is not None:
+            observers.append(FleetPublisher(fleet))
         if settings.lint.enabled:
             observers.append(LiveLint(lint))
         proxy = Proxy(pool, metrics, settings.max_attempts, Lifecycle(observers),

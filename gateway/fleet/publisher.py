@@ -1,0 +1,22 @@
+"""What one instance's routing learns, handed to the others: a lifecycle observer.
+
+When a replica confirms a prefix-routed request's prefill (its first byte:
+``gateway.request.lifecycle``), the policy learns the request's blocks there
+(``gateway.request.routing``) and this observer queues the same for the other
+gateway instances (``FleetSync.routed``, published through Redis in batches).
+"""
+
+from __future__ import annotations
+
+from gateway.fleet.sync import FleetSync
+from gateway.request.exchange import Exchange
+from gateway.request.lifecycle import Silent
+
+
+class FleetPublisher(Silent):
+    def __init__(self, fleet: FleetSync) -> None:
+        self.fleet = fleet
+
+    def on_first_byte(self, exchange: Exchange, replica_id: str) -> None:
+        if exchange.request is not None and exchange.decision is not None:
+            self.fleet.routed(exchange.request, replica_id)
