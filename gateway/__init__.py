@@ -11,7 +11,8 @@
     ops/        metrics, the ops view and dashboard
     lint/       the prompt linter (live, API and CLI)
     kv/         the offline KV-cache tools: planner, quality gate, launch profiles
-    cli.py      ``prefixgate``'s subcommands; config.py the settings
+    cli.py      ``prefixgate``'s subcommands (imported when they run); serve_cli.py
+                ``prefixgate serve``; config.py the settings
 
 The layering is held by import-linter (``pyproject.toml``): the request path
 and the prompt layer never import the linter, the KV tools or the HTTP face;

@@ -1,183 +1,47 @@
 """The ``prefixgate`` command: one subcommand per job, each with its own ``--help``.
 
-The top level is an ``argparse`` parser whose subcommands (``COMMANDS``)
-each hand the rest of the command line to their own module's ``main``;
-``prefixgate --help`` lists them one per line, and an unknown one is named
-in the error.
+The top level is an ``argparse`` parser whose subcommands (``COMMANDS``) each
+hand the rest of the command line to their own module's ``main``, that module
+imported only when its command runs: ``prefixgate --help`` lists them one per
+line without loading any (``tests/unit/test_cli_imports.py``), and an unknown
+one is named in the error.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
-import signal
+import importlib
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import NamedTuple
 
-from engine.sim.cli import main as sim_main
-from gateway.auth.keys import exposure_warning
-from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
-from gateway.demo_cli import main as demo_main
-from gateway.kv.plan_cli import main as plan_main
-from gateway.kv.profiles_cli import main as profiles_main
-from gateway.kv.quality_cli import main as kv_quality_main
-from gateway.lint.cli import main as lint_main
-from gateway.prompt.tokenizer_source import configured_folder_problem
-from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
-from gateway.server.app import create_app
-from gateway.server.http import serve_app
-from gateway.server.listen import ListenError, bind_listener
 from gateway.version import gateway_version
 
 
-def _serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate serve",
-                                description="Run the prefix-cache-aware OpenAI gateway.")
-    p.add_argument("--config", help="YAML settings file (also PREFIXGATE_CONFIG)")
-    p.add_argument("--host", help="listen address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, help="listen port (default 8000)")
-    p.add_argument("--replica", action="append", default=[], metavar="[ID=]URL",
-                   help="a vLLM replica's base URL; repeat for several")
-    p.add_argument("--replicas-from", action="append", default=[],
-                   metavar="NAME:PORT[,key=value]",
-                   help="every address of a DNS name (a headless Service) is a replica, "
-                        "re-resolved every health interval; keys kv_port, kv_replay_port, "
-                        "kv_topic, id_prefix, scheme, drain_seconds; repeat for several")
-    p.add_argument("--model", help="served model name of the --replica replicas")
-    p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
-                   "--model: for the one model the replicas serve)")
-    p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
-    p.add_argument("--max-body-bytes", type=int,
-                   help="largest request body accepted; larger ones get 413 (default 8 MiB)")
-    p.add_argument("--log-level", help="debug, info, warning, error")
-    p.add_argument("--api-keys", metavar="FILE",
-                   help="YAML file of client keys, tenants and limits (default: no client "
-                        "authentication; see README, Security)")
-    p.add_argument("--access-log", action="store_true", default=None,
-                   help="one JSON line per request on the log")
-    p.add_argument("--redis-url", metavar="URL",
-                   help="share routing state with the other gateway instances through this "
-                        "Redis (redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; also "
-                        "PREFIXGATE_REDIS_URL); default: none")
-    p.add_argument("--redis-key-prefix", metavar="PREFIX",
-                   help="prefix of this deployment's Redis keys (default prefixgate:)")
-    p.add_argument("--embedded", choices=("vllm-cpu", "sim"),
-                   help="with no replica configured: start real vLLM-on-CPU replicas "
-                        "(default) or simulated ones (no install)")
-    p.add_argument("--embedded-replicas", type=int,
-                   help="with no replica configured: how many replicas to start (default 2)")
-    return p
+class Command(NamedTuple):
+    name: str
+    module: str
+    """The module whose ``main(argv: list[str]) -> int`` runs the command: imported only
+    when the command runs, so ``prefixgate --help`` loads none of them (the gateway's
+    web stack, the linter's dictionaries, the tokenizer libraries)."""
+    summary: str
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
-                           "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
-                           "access_log": args.access_log, "api_keys": args.api_keys,
-                           "redis_url": args.redis_url,
-                           "redis_key_prefix": args.redis_key_prefix}
-    if args.replica:
-        out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
-    if args.replicas_from:
-        out["replicas_from"] = [parse_source_arg(r, args.model) for r in args.replicas_from]
-    if args.model:
-        out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
-    elif args.tokenizer:
-        out["tokenizer"] = args.tokenizer
-    return out
-
-
-def _with_embedded(settings: Settings, args: argparse.Namespace,
-                   stack: contextlib.ExitStack) -> Settings:
-    """Start the embedded replicas and point the settings at them."""
-    update: dict[str, Any] = {}
-    if args.embedded:
-        update["kind"] = args.embedded
-    if args.embedded_replicas:
-        update["replicas"] = args.embedded_replicas
-    cfg = settings.embedded.model_copy(update=update)
-    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.served_name()),
-                     None) or settings.tokenizer
-    replicas, models = stack.enter_context(embedded_replicas(cfg, tokenizer))
-    names = {m["name"] for m in models}
-    return Settings.model_validate({
-        **settings.model_dump(exclude={"replicas", "models"}),
-        "replicas": replicas,
-        "models": [m.model_dump() for m in settings.models if m.name not in names] + models,
-    })
-
-
-def _configuration_problem(settings: Settings) -> str | None:
-    """What stops start-up before anything starts: a configured tokenizer folder
-    that is not one, a port that cannot be listened on (checked before the
-    embedded replicas spend a minute starting)."""
-    for folder in filter(None, [settings.tokenizer, *(m.tokenizer for m in settings.models)]):
-        problem = configured_folder_problem(folder)
-        if problem:
-            return f"{problem} (--tokenizer / models[].tokenizer)"
-    for port in (settings.port, settings.health_port):
-        if port is None:
-            continue
-        try:
-            bind_listener(settings.host, port).close()
-        except ListenError as exc:
-            return str(exc)
-    return None
-
-
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
-def serve(argv: Sequence[str]) -> int:
-    args = _serve_parser().parse_args(argv)
-    try:
-        settings = load_settings(args.config, _overrides(args))
-    except ConfigError as exc:
-        print(f"prefixgate: {exc}", file=sys.stderr)
-        return 2
-    problem = _configuration_problem(settings)
-    if problem:
-        print(f"prefixgate: {problem}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
-    exposed = exposure_warning(settings.host, settings.api_keys)
-    if exposed:
-        logging.getLogger("prefixgate").warning(exposed)
-    if not settings.access_log:
-        logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
-    with contextlib.ExitStack() as stack:
-        if not settings.replicas and not settings.replicas_from:
-            try:
-                settings = _with_embedded(settings, args, stack)
-            except EmbeddedUnavailable as exc:
-                print(f"prefixgate: {exc}", file=sys.stderr)
-                return 2
-        try:
-            app = create_app(settings)
-        except ValueError as exc:
-            print(f"prefixgate: {exc}", file=sys.stderr)
-            return 2
-        # A SIGTERM before the server runs exits through the ExitStack (which
-        # stops the embedded replicas); once it runs, the server drains on it
-        # and returns (gateway.server.http).
-        signal.signal(signal.SIGTERM, _exit_on_signal)
-        serve_app(app, settings)
-    return 0
-
-
-COMMANDS: tuple[tuple[str, Callable[[Sequence[str]], int], str], ...] = (
-    ("serve", serve, "run the gateway in front of vLLM replicas"),
-    ("demo", demo_main, "a prefix-cache hit and what breaks it, live"),
-    ("lint", lint_main, "find what in prompt files breaks prefix caching"),
-    ("sim", lambda argv: sim_main(list(argv)), "run one simulated vLLM replica (no GPU, no model)"),
-    ("plan", plan_main, "KV-cache capacity per GPU for a model and KV dtype"),
-    ("kv-quality", kv_quality_main, "quality gate for a quantized KV cache"),
-    ("profiles", profiles_main, "named vLLM launch profiles"),
+COMMANDS: tuple[Command, ...] = (
+    Command("serve", "gateway.serve_cli", "run the gateway in front of vLLM replicas"),
+    Command("demo", "gateway.demo_cli", "a prefix-cache hit and what breaks it, live"),
+    Command("lint", "gateway.lint.cli", "find what in prompt files breaks prefix caching"),
+    Command("sim", "engine.sim.cli", "run one simulated vLLM replica (no GPU, no model)"),
+    Command("plan", "gateway.kv.plan_cli", "KV-cache capacity per GPU for a model and KV dtype"),
+    Command("kv-quality", "gateway.kv.quality_cli", "quality gate for a quantized KV cache"),
+    Command("profiles", "gateway.kv.profiles_cli", "named vLLM launch profiles"),
 )
+
+
+def command_main(command: Command) -> Callable[[list[str]], int]:
+    """The command's ``main``, its module imported now."""
+    entry: Callable[[list[str]], int] = importlib.import_module(command.module).main
+    return entry
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv:
         parser.print_help(sys.stderr)
         return 2
-    commands = {name: command for name, command, _ in COMMANDS}
+    commands = {command.name: command for command in COMMANDS}
     if argv[0] not in commands and not argv[0].startswith("-"):
         parser.error(f"unknown command {argv[0]!r}; the commands are "
                      f"{', '.join(commands)} (prefixgate --help)")
@@ -208,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.parse_args(argv[:1])  # --help or --version: argparse answers
     except SystemExit as done:
         return int(done.code or 0)
-    return int(commands[argv[0]](argv[1:]) or 0)
+    return int(command_main(commands[argv[0]])(argv[1:]) or 0)
 
 
 if __name__ == "__main__":

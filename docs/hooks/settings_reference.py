@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from gateway import cli, config
+from gateway import config, serve_cli
 from gateway.config import Settings
 
 MARKER = "<!-- settings-reference -->"
@@ -39,7 +39,7 @@ PAGE = "configuration-reference.md"
 FLAG_KEYS = {"replica": "replicas", "replicas_from": "replicas_from", "model": "models",
              "tokenizer": "tokenizer", "embedded": "embedded.kind",
              "embedded_replicas": "embedded.replicas"}
-"""``prefixgate serve`` flags whose destination is not the key's own name (``gateway.cli``)."""
+"""``prefixgate serve`` flags whose destination is not the key's own name (``gateway.serve_cli``)."""
 ENV_KEYS = {"PREFIXGATE_REPLICAS": "replicas", "PREFIXGATE_REPLICAS_FROM": "replicas_from",
             "PREFIXGATE_MODEL": "models"}
 """Environment variables read beside the scalars of ``config._ENV_SCALARS``."""
@@ -165,7 +165,7 @@ def bounds_text(field: FieldInfo) -> str:
 def _flags() -> dict[str, str]:
     """Settings key -> the ``prefixgate serve`` flag(s) that set it."""
     out: dict[str, list[str]] = {}
-    for action in cli._serve_parser()._actions:
+    for action in serve_cli.build_parser()._actions:
         if not action.option_strings or action.dest in ("help", "config"):
             continue
         key = FLAG_KEYS.get(action.dest, action.dest)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.cli import _overrides, _serve_parser
+from gateway import serve_cli
 from gateway.config import Settings, load_settings
 from gateway.kv.profiles import get_profile
 
@@ -75,10 +75,10 @@ def test_vllm_services_run_their_profile_on_their_own_gpus(compose: dict[str, An
 
 def gateway_settings(compose: dict[str, Any]) -> tuple[Settings, Any]:
     gateway = compose["services"]["gateway"]
-    args = _serve_parser().parse_args(gateway["command"])  # exits on an unknown flag
+    args = serve_cli.build_parser().parse_args(gateway["command"])  # exits on an unknown flag
     config = binds(gateway)[args.config]
     env = {k: str(v) for k, v in gateway["environment"].items()}
-    return load_settings(str(config), _overrides(args), env=env), gateway
+    return load_settings(str(config), serve_cli.overrides(args), env=env), gateway
 
 
 def test_gateway_config_points_at_the_vllm_services(compose: dict[str, Any]) -> None:
@@ -171,6 +171,6 @@ def test_dockerfile_copies_what_exists_and_runs_prefixgate_serve_unprivileged() 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint == ["prefixgate", "serve"] and scripts["prefixgate"] == "gateway.cli:main"
     cmd = json.loads(next(rest for word, rest in tail if word == "CMD"))
-    assert _serve_parser().parse_args(cmd).host == "0.0.0.0"
+    assert serve_cli.build_parser().parse_args(cmd).host == "0.0.0.0"
     exposed = next(rest for word, rest in tail if word == "EXPOSE")
     assert exposed == str(Settings().port)

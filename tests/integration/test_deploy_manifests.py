@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gateway.cli import _overrides, _serve_parser
+from gateway import serve_cli
 from gateway.config import Settings, load_settings
 from gateway.kv.profiles import PROFILES, get_profile
 from tests.support.kustomize import render
@@ -196,7 +196,7 @@ def gateway_container(resources: list[Resource]) -> tuple[Resource, Resource]:
 
 def gateway_config(resources: list[Resource]) -> Settings:
     pod, container = gateway_container(resources)
-    args = _serve_parser().parse_args(container["args"])
+    args = serve_cli.build_parser().parse_args(container["args"])
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == args.config)
     volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
     config_map = one(resources, "ConfigMap", volume["configMap"]["name"])
@@ -204,7 +204,7 @@ def gateway_config(resources: list[Resource]) -> Settings:
     with tempfile.TemporaryDirectory() as folder:  # read as `serve --config` reads it
         path = Path(folder) / mount["subPath"]
         path.write_text(config_map["data"][mount["subPath"]], encoding="utf-8")
-        return load_settings(str(path), _overrides(args), env={})
+        return load_settings(str(path), serve_cli.overrides(args), env={})
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -212,7 +212,7 @@ def test_gateway_accepts_its_flags_config_and_environment(
         rendered: dict[str, list[Resource]], overlay: str) -> None:
     resources = rendered[overlay]
     pod, container = gateway_container(resources)
-    args = _serve_parser().parse_args(container["args"])  # exits on an unknown flag
+    args = serve_cli.build_parser().parse_args(container["args"])  # exits on an unknown flag
     settings = gateway_config(resources)
     assert settings.host == "0.0.0.0"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {

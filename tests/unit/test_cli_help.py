@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from engine.sim import cli as sim_cli
-from gateway import cli, demo_cli
+from gateway import cli, demo_cli, serve_cli
 from gateway.kv import plan_cli as kv_plan_cli
 from gateway.kv import profiles_cli
 from gateway.kv import quality_cli as kv_quality_cli
@@ -49,7 +49,7 @@ def _actions(name: str, parser: argparse.ArgumentParser) -> list[tuple[str, argp
 
 
 def test_every_flag_of_every_command_says_what_it_does() -> None:
-    parsers = {"serve": cli._serve_parser(), "sim": sim_cli.build_parser(),
+    parsers = {"serve": serve_cli.build_parser(), "sim": sim_cli.build_parser(),
                "lint": lint_cli._parser(), "plan": kv_plan_cli._parser(),
                "kv-quality": kv_quality_cli._parser(), "profiles": profiles_cli._parser(),
                "demo": demo_cli._parser()}

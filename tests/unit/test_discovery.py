@@ -14,7 +14,7 @@ from engine.backends.base import Timeouts
 from engine.backends.httpx_client import HttpxBackend
 from engine.pool.discovery import DnsDiscovery, DnsSource
 from engine.pool.replicas import ReplicaPool, ReplicaSpec
-from gateway.cli import _overrides, _serve_parser
+from gateway import serve_cli
 from gateway.config import load_settings, parse_source_arg
 from gateway.server.app import create_app
 from tests.support.waiting import eventually
@@ -185,10 +185,10 @@ async def test_an_id_clash_with_a_configured_replica_is_skipped(caplog) -> None:
 
 
 def test_source_from_the_command_line_and_the_environment() -> None:
-    args = _serve_parser().parse_args([
+    args = serve_cli.build_parser().parse_args([
         "--model", "qwen", "--replicas-from",
         f"{NAME}:8000,kv_port=5557,kv_replay_port=5558,id_prefix=q"])
-    settings = load_settings(overrides=_overrides(args), env={})
+    settings = load_settings(overrides=serve_cli.overrides(args), env={})
     source = settings.replicas_from[0]
     assert (source.dns, source.port, source.model, source.id_prefix) == (NAME, 8000, "qwen", "q")
     assert source.kv_events is not None and (source.kv_events.port,

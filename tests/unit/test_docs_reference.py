@@ -78,11 +78,11 @@ def test_every_settings_key_has_a_description() -> None:
 
 
 def test_every_serve_flag_lands_on_a_settings_key() -> None:
-    from gateway import cli
+    from gateway import serve_cli
 
     reference = _settings_reference()
     paths = {key.path for key in reference.every_key()}
-    for action in cli._serve_parser()._actions:
+    for action in serve_cli.build_parser()._actions:
         if not action.option_strings or action.dest in ("help", "config"):
             continue
         key = reference.FLAG_KEYS.get(action.dest, action.dest)

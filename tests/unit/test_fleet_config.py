@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.cli import _overrides, _serve_parser
+from gateway import serve_cli
 from gateway.config import ConfigError, load_settings
 
 
@@ -17,9 +17,9 @@ def test_the_environment_and_the_flags_set_it_flags_winning() -> None:
     env = {"PREFIXGATE_REDIS_URL": "rediss://:pw@cache:6380/1",
            "PREFIXGATE_REDIS_KEY_PREFIX": "team-a:"}
     assert load_settings(env=env).redis_url == "rediss://:pw@cache:6380/1"
-    args = _serve_parser().parse_args(["--redis-url", "redis://127.0.0.1:6379/0",
+    args = serve_cli.build_parser().parse_args(["--redis-url", "redis://127.0.0.1:6379/0",
                                        "--redis-key-prefix", "team-b:"])
-    settings = load_settings(overrides=_overrides(args), env=env)
+    settings = load_settings(overrides=serve_cli.overrides(args), env=env)
     assert (settings.redis_url, settings.redis_key_prefix) == ("redis://127.0.0.1:6379/0",
                                                                "team-b:")
 

@@ -1,0 +1,163 @@
+"""``prefixgate serve``: the gateway in front of vLLM replicas, or of embedded ones.
+
+``main(argv)`` reads the flags (``build_parser``) over the settings file and
+the environment (``gateway.config``), checks what would stop start-up before
+anything starts (a tokenizer folder that is not one, a port in use), starts
+the embedded replicas when none are configured (``gateway.replicas.embedded``),
+builds the app (``create_app``) and runs the HTTP server until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.auth.keys import exposure_warning
+from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from gateway.prompt.tokenizer_source import configured_folder_problem
+from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
+from gateway.server.app import create_app
+from gateway.server.http import serve_app
+from gateway.server.listen import ListenError, bind_listener
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prefixgate serve",
+                                description="Run the prefix-cache-aware OpenAI gateway.")
+    p.add_argument("--config", help="YAML settings file (also PREFIXGATE_CONFIG)")
+    p.add_argument("--host", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="listen port (default 8000)")
+    p.add_argument("--replica", action="append", default=[], metavar="[ID=]URL",
+                   help="a vLLM replica's base URL; repeat for several")
+    p.add_argument("--replicas-from", action="append", default=[],
+                   metavar="NAME:PORT[,key=value]",
+                   help="every address of a DNS name (a headless Service) is a replica, "
+                        "re-resolved every health interval; keys kv_port, kv_replay_port, "
+                        "kv_topic, id_prefix, scheme, drain_seconds; repeat for several")
+    p.add_argument("--model", help="served model name of the --replica replicas")
+    p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
+                   "--model: for the one model the replicas serve)")
+    p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
+    p.add_argument("--max-body-bytes", type=int,
+                   help="largest request body accepted; larger ones get 413 (default 8 MiB)")
+    p.add_argument("--log-level", help="debug, info, warning, error")
+    p.add_argument("--api-keys", metavar="FILE",
+                   help="YAML file of client keys, tenants and limits (default: no client "
+                        "authentication; see README, Security)")
+    p.add_argument("--access-log", action="store_true", default=None,
+                   help="one JSON line per request on the log")
+    p.add_argument("--redis-url", metavar="URL",
+                   help="share routing state with the other gateway instances through this "
+                        "Redis (redis://[:PASSWORD@]HOST:PORT/DB, rediss:// for TLS; also "
+                        "PREFIXGATE_REDIS_URL); default: none")
+    p.add_argument("--redis-key-prefix", metavar="PREFIX",
+                   help="prefix of this deployment's Redis keys (default prefixgate:)")
+    p.add_argument("--embedded", choices=("vllm-cpu", "sim"),
+                   help="with no replica configured: start real vLLM-on-CPU replicas "
+                        "(default) or simulated ones (no install)")
+    p.add_argument("--embedded-replicas", type=int,
+                   help="with no replica configured: how many replicas to start (default 2)")
+    return p
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
+                           "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
+                           "access_log": args.access_log, "api_keys": args.api_keys,
+                           "redis_url": args.redis_url,
+                           "redis_key_prefix": args.redis_key_prefix}
+    if args.replica:
+        out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
+    if args.replicas_from:
+        out["replicas_from"] = [parse_source_arg(r, args.model) for r in args.replicas_from]
+    if args.model:
+        out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
+    elif args.tokenizer:
+        out["tokenizer"] = args.tokenizer
+    return out
+
+
+def _with_embedded(settings: Settings, args: argparse.Namespace,
+                   stack: contextlib.ExitStack) -> Settings:
+    """Start the embedded replicas and point the settings at them."""
+    update: dict[str, Any] = {}
+    if args.embedded:
+        update["kind"] = args.embedded
+    if args.embedded_replicas:
+        update["replicas"] = args.embedded_replicas
+    cfg = settings.embedded.model_copy(update=update)
+    tokenizer = next((m.tokenizer for m in settings.models if m.name == cfg.served_name()),
+                     None) or settings.tokenizer
+    replicas, models = stack.enter_context(embedded_replicas(cfg, tokenizer))
+    names = {m["name"] for m in models}
+    return Settings.model_validate({
+        **settings.model_dump(exclude={"replicas", "models"}),
+        "replicas": replicas,
+        "models": [m.model_dump() for m in settings.models if m.name not in names] + models,
+    })
+
+
+def _configuration_problem(settings: Settings) -> str | None:
+    """What stops start-up before anything starts: a configured tokenizer folder
+    that is not one, a port that cannot be listened on (checked before the
+    embedded replicas spend a minute starting)."""
+    for folder in filter(None, [settings.tokenizer, *(m.tokenizer for m in settings.models)]):
+        problem = configured_folder_problem(folder)
+        if problem:
+            return f"{problem} (--tokenizer / models[].tokenizer)"
+    for port in (settings.port, settings.health_port):
+        if port is None:
+            continue
+        try:
+            bind_listener(settings.host, port).close()
+        except ListenError as exc:
+            return str(exc)
+    return None
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings(args.config, overrides(args))
+    except ConfigError as exc:
+        print(f"prefixgate: {exc}", file=sys.stderr)
+        return 2
+    problem = _configuration_problem(settings)
+    if problem:
+        print(f"prefixgate: {problem}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per probe otherwise
+    exposed = exposure_warning(settings.host, settings.api_keys)
+    if exposed:
+        logging.getLogger("prefixgate").warning(exposed)
+    if not settings.access_log:
+        logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
+    with contextlib.ExitStack() as stack:
+        if not settings.replicas and not settings.replicas_from:
+            try:
+                settings = _with_embedded(settings, args, stack)
+            except EmbeddedUnavailable as exc:
+                print(f"prefixgate: {exc}", file=sys.stderr)
+                return 2
+        try:
+            app = create_app(settings)
+        except ValueError as exc:
+            print(f"prefixgate: {exc}", file=sys.stderr)
+            return 2
+        # A SIGTERM before the server runs exits through the ExitStack (which
+        # stops the embedded replicas); once it runs, the server drains on it
+        # and returns (gateway.server.http).
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        serve_app(app, settings)
+    return 0
