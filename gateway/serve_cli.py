@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.auth.keys import exposure_warning
 from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from gateway.ops.block_table import report_block_table
 from gateway.prompt.tokenizer_source import configured_folder_problem
 from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
 from gateway.server.app import create_app
@@ -143,6 +144,7 @@ def main(argv: Sequence[str]) -> int:
         logging.getLogger("prefixgate").warning(exposed)
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
+    report_block_table()  # a warning when the pure-Python fallback serves
     with contextlib.ExitStack() as stack:
         if not settings.replicas and not settings.replicas_from:
             try:

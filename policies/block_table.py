@@ -110,6 +110,12 @@ def default_tables(ordered: bool) -> BlockTable:
     return compiled_tables(ordered) if _CompiledBlockTable is not None else python_tables(ordered)
 
 
+def default_backend() -> str:
+    """``compiled`` or ``python``: what ``default_tables`` builds. The gateway reports it
+    (start-up log, ``/ready``, ``prefixgate_block_table_info``); policies only name it."""
+    return "compiled" if _CompiledBlockTable is not None else "python"
+
+
 def backend_name(factory: BlockTableFactory) -> str:
     """``compiled`` or ``python``: what a factory's tables are (for reports)."""
     return "python" if isinstance(factory(True), PyBlockTable) else "compiled"

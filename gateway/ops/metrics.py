@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,6 +32,7 @@ from prometheus_client.utils import floatToGoString
 
 from engine.pool.replicas import ReplicaPool
 from engine.pool.scrape import HistogramCounts
+from gateway.ops.block_table import block_table_backend
 from gateway.prompt.hashers import HasherSet
 
 GATEWAY_ERROR_STATUSES = (400, 404, 413, 429, 502, 503, 504)
@@ -121,6 +122,12 @@ class GatewayMetrics:
             "prefixgate_prefix_drift_events",
             "Times a stable prompt prefix (system prompt, tools) changed under a model.",
             ["model"], registry=r)
+        self.block_table_info = Gauge(
+            "prefixgate_block_table_info",
+            "1 for the block table the prefix indexes run on: compiled (policies._blocktable) "
+            "or python (the fallback where it was not built: about 20x slower).",
+            ["backend"], registry=r)
+        self.block_table_info.labels(block_table_backend()).set(1)
         self.pool = pool
         r.register(PoolCollector(pool))
         for collector in extra:

@@ -27,6 +27,7 @@ from starlette.responses import Response
 from engine.errors import EngineError
 from gateway.errors import BodyTooLarge, ModelNotFound
 from gateway.jsonresp import JSONResponse
+from gateway.ops.block_table import block_table_backend
 from gateway.request.dispatch import Dispatcher
 from gateway.request.exchange import Exchange, Route
 from gateway.request.forwarding import secret_test
@@ -98,11 +99,12 @@ def build_router(state: GatewayState, dispatcher: Dispatcher | None = None) -> A
         tokenizers = state.hashers.tokenizers()
         # Redis (shared routing state) is optional: it is reported, never a reason to be unready.
         redis = {"redis": state.redis_status()} if state.redis_status is not None else {}
+        table = {"block_table": block_table_backend()}  # compiled, or the python fallback
         if not models or missing:
             return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"],
-                                 "tokenizers": tokenizers, **redis}, status_code=503)
+                                 "tokenizers": tokenizers, **table, **redis}, status_code=503)
         return JSONResponse({"ready": True, "models": models, "tokenizers": tokenizers,
-                             **redis})
+                             **table, **redis})
 
     @router.get("/metrics")
     async def metrics() -> Response:

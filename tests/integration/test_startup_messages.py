@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from policies.block_table import default_backend
 from tests.integration.conftest import MODEL, sim_args
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
@@ -41,6 +42,7 @@ def test_an_unreachable_replica_is_named_waited_for_and_answered_503() -> None:
         wait_until(lambda: "waiting for replicas" in gateway.log(), 30, "the waiting line")
         log = gateway.log()
         assert f"replica r0 at http://127.0.0.1:{port} cannot be reached" in log
+        assert f"block table: {default_backend()}" in log  # compiled, or the python fallback
         assert not re.search(r"\bready\b", log.replace("/ready", ""))
         chat = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, json={
             "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
