@@ -313,6 +313,31 @@ class LintSettings(Strict):
     keys. Off (the default): positions, lengths and hashes only, never prompt text."""
 
 
+class TraceSettings(Strict):
+    """Recording the traffic's shape for capacity what-ifs (``gateway.trace``): one
+    Mooncake-format JSON line per answered request, never prompt text."""
+
+    path: str | None = None
+    """File the trace is appended to, rotated to ``PATH.1`` .. ``PATH.<keep>``. Unset (the
+    default): nothing is recorded. ``GET /admin/trace`` downloads it (admin keys only)."""
+    sample: float = Field(1.0, gt=0, le=1)
+    """Share of prefix families recorded (requests starting with the same block are kept or
+    left out together, so their reuse survives); 1: every request."""
+    max_bytes: int = Field(64 << 20, ge=4096)
+    """Size at which the file is rotated."""
+    keep: int = Field(3, ge=0)
+    """Rotated files kept beside the current one: the trace never holds more than
+    ``(keep + 1) * max_bytes`` bytes."""
+    secret: str | None = Field(None, min_length=16)
+    """Key of the hash ids (BLAKE2b): without it an id says nothing of a prompt, and two
+    deployments' ids never match. Unset: a random key made on first use and kept in
+    ``PATH.key`` (owner-only), so restarts agree; set the same one on every instance of a
+    fleet whose traces are replayed together."""
+    queue: int = Field(10_000, ge=1)
+    """Records waiting for the writer thread; when it is full a record is dropped and
+    counted (``prefixgate_trace_dropped_total``), never waited for."""
+
+
 class LimitSettings(Strict):
     """Bounds on what one request may cost the gateway, and on its memos.
 
@@ -464,6 +489,8 @@ class Settings(Strict):
     process (instances and restarts then disagree: set it for a fleet)."""
     limits: LimitSettings = Field(default_factory=LimitSettings)
     """What one request may cost routing, and what the prompt memos may hold."""
+    trace: TraceSettings = Field(default_factory=TraceSettings)
+    """Recording of the traffic's shape (off by default); ``prefixgate replay`` reads it."""
     redis_url: str | None = None
     """Shared routing state with the other gateway instances (``gateway.fleet.sync``):
     ``redis://[:PASSWORD@]HOST:PORT/DB``, ``rediss://`` for TLS. Unset: this instance

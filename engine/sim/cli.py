@@ -4,7 +4,10 @@ Flags mirror vLLM's where vLLM has one (``--served-model-name``,
 ``--block-size``, ``--max-model-len``, ``--max-num-seqs``,
 ``--max-num-batched-tokens``, ``--seed``); ``--num-blocks`` plays the part of
 ``--num-gpu-blocks-override``. The latency model and ``--time-scale`` are
-described in ``engine.sim.scheduler``.
+described in ``engine.sim.scheduler``. ``--latency-model FILE`` (``prefixgate
+fit``'s output, ``engine.sim.latency``) sets the three latency parameters, the
+block size, the capacity and the scheduler limits at once; a flag given beside
+it still wins.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import uvicorn
 
 from engine.sim.config import SimConfig
 from engine.sim.faults import add_fault_arguments, fault_plan, with_faults
+from engine.sim.latency import LatencyModel, LatencyModelError
 from engine.sim.server import create_sim_app
 
 _DEFAULTS = SimConfig()
@@ -65,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=_DEFAULTS.decode_per_seq_s,
         help="seconds per decoding sequence",
     )
+    add("--latency-model", metavar="FILE",
+        help="a fitted latency model (prefixgate fit): its step parameters, block size, "
+             "blocks and limits, unless given by their own flags")
     add(
         "--time-scale",
         type=float,
@@ -130,9 +137,34 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def model_defaults(model: LatencyModel) -> dict[str, object]:
+    """The flags' defaults a latency-model file stands for."""
+    params = model.params
+    return {"step_overhead": params.step_overhead_s,
+            "prefill_per_token": params.prefill_per_token_s,
+            "decode_per_seq": params.decode_per_seq_s, "block_size": model.block_size,
+            "num_blocks": model.num_blocks, "max_num_seqs": model.max_num_seqs,
+            "max_num_batched_tokens": model.max_num_batched_tokens}
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """The flags, with ``--latency-model`` setting the defaults of the ones it covers."""
+    args = parser.parse_args(argv)
+    if args.latency_model:
+        try:
+            model = LatencyModel.read(args.latency_model)
+        except LatencyModelError as exc:
+            parser.error(str(exc))
+        parser.set_defaults(**model_defaults(model))
+        args = parser.parse_args(argv)
+        # A model of long prompts needs room for them (vLLM derives it the same way).
+        args.max_model_len = min(args.max_model_len, args.num_blocks * args.block_size)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
     try:
         config = config_from_args(args)
     except ValueError as exc:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from engine.sim.textgen import OutputText
+from engine.sim.textgen import TokenStep
 
 
 class Status(enum.Enum):
@@ -35,12 +36,19 @@ class TokenEvent:
     """The sampled token's own text (for logprobs); ``delta_text`` may hold it back."""
 
 
+class TokenSource(Protocol):
+    """Where a sequence's output tokens come from: ``engine.sim.textgen.OutputText`` for
+    a served request; a replay (``gateway.replay``) needs only their number."""
+
+    def next_token(self) -> TokenStep: ...
+
+
 @dataclass(eq=False, slots=True)
 class EngineRequest:
     request_id: str
     index: int
     prompt_token_ids: list[int]
-    output: OutputText
+    output: TokenSource
     emit: Callable[[TokenEvent], None]
     cache_salt: str | None = None
     max_tokens: int = 0

@@ -230,6 +230,12 @@ class Engine:
         self._report_state(step.prefill_tokens + step.decode_seqs)
         return events
 
+    def wake(self) -> None:
+        """Leave idleness: modeled time catches up with the wall clock (``run`` does it on
+        the first request after a pause; a replay that drives steps itself, too)."""
+        self.now = self.model_now()
+        self._wall_at_now = self._wall()
+
     def step(self) -> list[TokenEvent]:
         """Schedule and finish one step without sleeping (tests, benchmarks)."""
         return self.finish(self.schedule())
@@ -240,8 +246,7 @@ class Engine:
             if not self.has_work:
                 self._wake.clear()
                 await self._wake.wait()
-                self.now = self.model_now()
-                self._wall_at_now = self._wall()
+                self.wake()
             # The step's wall time starts before scheduling, so the simulator's
             # own bookkeeping is part of the modeled step, not added to it.
             deadline = self._wall()

@@ -8,6 +8,7 @@ router, the proxy and the metrics, and tears them down in reverse order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import gc
@@ -57,6 +58,8 @@ from gateway.server.lint_routes import build_lint_router
 from gateway.server.live_lint import LiveLint
 from gateway.server.openapi import describe_bodies
 from gateway.server.routes import build_router
+from gateway.server.trace_routes import build_trace_router
+from gateway.trace.setup import build_trace
 from policies.registry import default_registry
 
 log = logging.getLogger("prefixgate")
@@ -166,6 +169,10 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
             observers.append(FleetPublisher(fleet))
         if settings.lint.enabled:
             observers.append(LiveLint(lint))
+        trace = build_trace(settings.trace, policy.name)  # the traffic's shape (gateway.trace)
+        if trace is not None:
+            observers.append(trace.recorder)
+            metrics.registry.register(trace.collector)
         proxy = Proxy(pool, metrics, settings.max_attempts, Lifecycle(observers),
                       timeouts=settings.timeouts.engine(), drain=drain)
         state = GatewayState(settings, pool, router, proxy, metrics, hashers)
@@ -209,6 +216,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         app.include_router(build_router(state))
         app.include_router(build_ops_router(ops_view))
         app.include_router(build_lint_router(state, lint))
+        app.include_router(build_trace_router(trace.writer if trace else None))
         app.state.gateway = state
         app.state.ops_view = ops_view
         # "ready", or "waiting for replicas" (and which cannot be reached)
@@ -225,9 +233,13 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         gc.freeze()
         thresholds = gc.get_threshold()
         gc.set_threshold(thresholds[0], thresholds[1], max(thresholds[2], FULL_GC_EVERY))
+        if trace is not None:
+            trace.writer.start()
         try:
             yield
         finally:
+            if trace is not None:  # what is queued is written, off the loop
+                await asyncio.to_thread(trace.writer.stop)
             gc.unfreeze()
             gc.set_threshold(*thresholds)
             await discovery.aclose()

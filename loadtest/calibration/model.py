@@ -24,9 +24,9 @@ So each probe point is a row ``(steps, prefill tokens, decode seqs)`` and its
 median latency the target. Parameters come from non-negative least squares
 with *relative* residuals (each row divided by its measured value), so a
 1 ms TPOT counts as much as a 100 ms TTFT and the fit minimises the same
-relative error the report shows. The non-negative solution is exact: with
-three unknowns every subset of free parameters is solved and the best
-feasible one kept.
+relative error the report shows. The solver is the simulator's own
+(``engine.sim.latency_fit``, shared with the fit from live replicas:
+``gateway.replay.fit``).
 
 Refinement. Measured on a client, the simulator is not exactly its model:
 HTTP, tokenising and streaming add their own time, part of which hides inside
@@ -39,44 +39,34 @@ two rounds are enough when the bias barely depends on ``p``.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from engine.sim.latency import PARAM_NAMES, LatencyParams
+from engine.sim.latency_fit import fit_rows, nonnegative_lstsq
 from loadtest.calibration.points import PointSummary
 from loadtest.calibration.probes import DECODE, PREFILL
 
-PARAM_NAMES = ("step_overhead_s", "prefill_per_token_s", "decode_per_seq_s")
+__all__ = [
+    "FIT_PROBES",
+    "PARAM_NAMES",
+    "FitResult",
+    "LatencyParams",
+    "StepShape",
+    "diagnostic_fits",
+    "fit",
+    "fit_targets",
+    "nonnegative_lstsq",
+    "predict",
+    "refine",
+    "row",
+]
+
 FIT_PROBES = (PREFILL, DECODE)
 """Probes the parameters are fitted on; ``cached`` stays out as a held-out check."""
-
-
-@dataclass(frozen=True, slots=True)
-class LatencyParams:
-    step_overhead_s: float
-    prefill_per_token_s: float
-    decode_per_seq_s: float
-
-    @classmethod
-    def from_vector(cls, values: Sequence[float]) -> LatencyParams:
-        overhead, per_token, per_seq = (float(v) for v in values)
-        return cls(overhead, per_token, per_seq)
-
-    def vector(self) -> np.ndarray:
-        return np.array([self.step_overhead_s, self.prefill_per_token_s, self.decode_per_seq_s])
-
-    def sim_flags(self) -> tuple[str, ...]:
-        return (
-            "--step-overhead", f"{self.step_overhead_s:.6g}",
-            "--prefill-per-token", f"{self.prefill_per_token_s:.6g}",
-            "--decode-per-seq", f"{self.decode_per_seq_s:.6g}",
-        )  # fmt: skip
-
-    def flag_text(self) -> str:
-        return " ".join(self.sim_flags())
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,28 +98,6 @@ def predict(params: LatencyParams, point: PointSummary, shape: StepShape) -> flo
     return float(np.dot(row(point, shape), params.vector()))
 
 
-def nonnegative_lstsq(matrix: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """argmin ||matrix @ x - target|| subject to x >= 0, by trying every free set.
-
-    Columns that are all zero (a parameter no fitted probe touches) stay 0.
-    """
-    columns = matrix.shape[1]
-    usable = [c for c in range(columns) if np.any(matrix[:, c] != 0)]
-    best = np.zeros(columns)
-    best_cost = float(np.sum(target**2))
-    for size in range(1, len(usable) + 1):
-        for free in itertools.combinations(usable, size):
-            solution, *_ = np.linalg.lstsq(matrix[:, free], target, rcond=None)
-            if np.any(solution < 0):
-                continue
-            candidate = np.zeros(columns)
-            candidate[list(free)] = solution
-            cost = float(np.sum((matrix @ candidate - target) ** 2))
-            if cost < best_cost - 1e-18:
-                best, best_cost = candidate, cost
-    return best
-
-
 def fit_targets(
     points: Sequence[PointSummary],
     targets: Sequence[float],
@@ -141,17 +109,10 @@ def fit_targets(
     chosen = [(p, t) for p, t in zip(points, targets, strict=True) if p.probe in wanted]
     if not chosen:
         raise ValueError(f"no points of probes {wanted} to fit")
-    matrix = np.array([row(point, shape) for point, _ in chosen])
-    goal = np.array([target for _, target in chosen])
-    scale = 1.0 / np.array([point.value for point, _ in chosen])
-    solution = nonnegative_lstsq(matrix * scale[:, None], goal * scale)
-    residual = (matrix @ solution - goal) * scale
-    return FitResult(
-        params=LatencyParams.from_vector(solution.tolist()),
-        probes=wanted,
-        rms_relative_residual=float(np.sqrt(np.mean(residual**2))),
-        points=len(chosen),
-    )
+    solved = fit_rows([row(point, shape) for point, _ in chosen],
+                      [target for _, target in chosen], [point.value for point, _ in chosen])
+    return FitResult(params=solved.params, probes=wanted,
+                     rms_relative_residual=solved.rms_relative_residual, points=solved.rows)
 
 
 def fit(
