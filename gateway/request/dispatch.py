@@ -70,10 +70,11 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
 
 
 class Dispatcher:
-    def __init__(self, state: GatewayState, homes: ResponseHomes | None = None) -> None:
+    def __init__(self, state: GatewayState, homes: ResponseHomes) -> None:
+        """``homes``: where stored responses live (a lifecycle observer learns them)."""
         self.state = state
         self.pool = state.pool
-        self.homes = homes if homes is not None else ResponseHomes()
+        self.homes = homes
         self.by_load = Router(state.pool, LeastLoad(), state.metrics,
                               retry_after=state.settings.retry_after_seconds)
 

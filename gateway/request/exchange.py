@@ -74,6 +74,9 @@ class Outcome:
     ttft: float | None = None
     usage: Usage | None = None
     output_tokens: int = 0
+    head: bytes = b""
+    """The start of a successful answer, once it came: a stream's first chunk, or a
+    non-streaming answer's whole body (observers read it: ``gateway.request.response_homes``)."""
     error: str | None = None
 
 

@@ -68,7 +68,7 @@ from gateway.request.drain import Drain
 from gateway.request.exchange import Exchange
 from gateway.request.interrupts import ClientGone, RequestGuard
 from gateway.request.lifecycle import Attempt, Lifecycle
-from gateway.request.streaming import RelayStream, StreamCut
+from gateway.request.streaming import RelayEnd, RelayStream, StreamCut
 from gateway.request.usage import StreamObserver, usage_from_json
 
 log = logging.getLogger("prefixgate.proxy")
@@ -259,18 +259,14 @@ class Proxy:
                                     prefilled=answer.upstream.status_code == 200)
         upstream, outcome = answer.upstream, exchange.outcome
         if upstream.status_code == 200:
+            outcome.head = answer.body
             attempt.answered()
         headers = self._headers(upstream, exchange, replica_id)
         if answer.streams:
             received = self.clock()
             outcome.ttft = received - exchange.started
-
-            def first_sent() -> None:
-                self.metrics.added_ttft_seconds.observe(
-                    before_forward + self.clock() - received)
-
             return self._relay(upstream, answer.body, replica_id, exchange, stack, headers,
-                               first_sent, guard.hand_over())
+                               before_forward - received, guard.hand_over())
         stack.close()
         outcome.status = upstream.status_code
         if upstream.status_code == 200:
@@ -300,14 +296,19 @@ class Proxy:
 
     def _relay(self, upstream: UpstreamResponse, first: bytes, replica_id: str,
                exchange: Exchange, stack: contextlib.ExitStack,
-               headers: dict[str, str], first_sent: Callable[[], None],
+               headers: dict[str, str], added_before: float,
                disconnected: asyncio.Future[None]) -> RelayStream:
+        """``added_before``: the gateway's own time before the first chunk goes out, less
+        the clock when it came in (what the added-TTFT metric adds the send time to)."""
         observer = StreamObserver()
         outcome = exchange.outcome
         outcome.replica_id = replica_id
         outcome.status = upstream.status_code
 
-        async def finish(error: BaseException | None) -> None:
+        async def finish(end: RelayEnd) -> None:
+            error = end.error
+            if end.first_sent_at is not None:
+                self.metrics.added_ttft_seconds.observe(added_before + end.first_sent_at)
             try:
                 await upstream.close()
             finally:
@@ -324,9 +325,8 @@ class Proxy:
                     outcome.error = "client disconnected"
                 self.lifecycle.complete(exchange)
 
-        return RelayStream(first, upstream.chunks, upstream.status_code, headers,
-                           observer.feed, finish, first_sent, tracking=self.drain.tracking,
-                           disconnected=disconnected)
+        return RelayStream(observer.watch(first, upstream.chunks), upstream.status_code,
+                           headers, finish, drain=self.drain, disconnected=disconnected)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

@@ -27,11 +27,10 @@ import re
 from dataclasses import dataclass
 
 import orjson
-from starlette.responses import Response
 
 from gateway.auth.keys import GRANT
 from gateway.request.exchange import Exchange
-from gateway.request.streaming import RelayStream
+from gateway.request.lifecycle import Silent
 from policies.lru import LRU
 
 CAPACITY = 100_000
@@ -64,20 +63,20 @@ def named_response(exchange: Exchange) -> str | None:
     return named if isinstance(named, str) and named else None
 
 
-def answered_id(response: Response) -> str | None:
-    """The response id in a relayed responses answer (JSON body or a stream's first event)."""
-    if isinstance(response, RelayStream):
-        match = _FIRST_ID.search(response.first_chunk)
-        return match.group(1).decode() if match else None
-    try:
-        answer = orjson.loads(response.body)
-    except orjson.JSONDecodeError:
-        return None
-    found = answer.get("id") if isinstance(answer, dict) else None
-    return found if isinstance(found, str) and found else None
+def answered_id(head: bytes) -> str | None:
+    """The response id in a responses answer: its JSON body, or a stream's first event."""
+    if head.startswith(b"{"):
+        try:
+            answer = orjson.loads(head)
+        except orjson.JSONDecodeError:
+            return None
+        found = answer.get("id") if isinstance(answer, dict) else None
+        return found if isinstance(found, str) and found else None
+    match = _FIRST_ID.search(head)
+    return match.group(1).decode() if match else None
 
 
-class ResponseHomes:
+class ResponseHomes(Silent):
     def __init__(self, capacity: int = CAPACITY) -> None:
         self._homes: LRU[str, Home] = LRU(capacity)
 
@@ -87,14 +86,15 @@ class ResponseHomes:
     def put(self, response_id: str, home: Home) -> None:
         self._homes.put(response_id, home)
 
-    def remember(self, exchange: Exchange, response: Response) -> None:
-        """Note where a successful responses answer was made."""
-        outcome = exchange.outcome
-        if exchange.route.kind != "responses" or outcome.status != 200 or not outcome.replica_id:
+    # -- a lifecycle observer (gateway.request.lifecycle) ---------------------
+
+    def on_first_byte(self, exchange: Exchange, replica_id: str) -> None:
+        """Note where a successful responses answer is being made."""
+        if exchange.route.kind != "responses":
             return
-        response_id = answered_id(response)
+        response_id = answered_id(exchange.outcome.head)
         if response_id is not None:
-            self.put(response_id, Home(outcome.replica_id, exchange.model, owner_of(exchange)))
+            self.put(response_id, Home(replica_id, exchange.model, owner_of(exchange)))
 
     def __len__(self) -> int:
         return len(self._homes)

@@ -1,8 +1,11 @@
 """An ASGI response that relays a replica's stream and cleans up however it ends.
 
-It owns what the request acquired (the replica lease, the upstream response)
-through an ``ExitStack``/close callback and releases it in ``finally`` —
-after the last byte, on an upstream failure, or when the client goes away.
+It takes an iterator of chunks and one completion hook (as starlette's
+``StreamingResponse`` takes an iterator and a background task): the hook is
+told once how the stream ended (``RelayEnd``), whatever way it ends — after
+the last byte, on an upstream failure, or when the client goes away — and
+releases what the request acquired (the proxy's: the replica lease, the
+upstream response).
 A disconnect is noticed by listening on ``receive`` while relaying, and it
 cancels the relay, which closes the upstream connection: vLLM then aborts
 the request and frees its KV blocks.
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 import orjson
 from starlette.responses import Response
@@ -26,13 +31,10 @@ from starlette.types import Receive, Scope, Send
 
 from engine.errors import EngineError
 from gateway.errors import error_body
+from gateway.request.drain import Drain
 
 RAW_SEND = "prefixgate.send"
 """Scope key of the server's unwrapped ``send`` (set by ``gateway.server.app.GatewayApp``)."""
-
-Tracker = Callable[[object], contextlib.AbstractContextManager[None]]
-"""``gateway.request.drain.Drain.tracking``: holds the stream while it relays, so it can be cut."""
-
 
 def error_event(status: int, message: str, type_: str, code: str) -> bytes:
     """An OpenAI-shaped error as the last SSE event of a stream."""
@@ -43,37 +45,46 @@ class StreamCut(Exception):
     """The gateway ended the stream (its drain period is over)."""
 
 
-@contextlib.contextmanager
-def _untracked(item: object) -> Iterator[None]:
-    yield
+@dataclass(frozen=True, slots=True)
+class RelayEnd:
+    """How a relayed stream ended, told to its one completion hook."""
+
+    error: BaseException | None
+    """Why it ended early: the replica failed (``EngineError``), the drain cut it
+    (``StreamCut``), the client left (anything else); None when it ran to its end."""
+    first_sent_at: float | None
+    """``time.perf_counter()`` when its first chunk went to the client (None: never)."""
 
 
 class RelayStream(Response):
+    """``chunks`` relayed as they come; ``on_complete`` told once how it ended.
+
+    Like starlette's ``StreamingResponse``: an iterator and one hook. ``drain``,
+    when given, holds the stream while it relays so its end can cut it;
+    ``disconnected`` is the proxy's watch on the client (done when it left),
+    else the relay watches ``receive`` itself.
+    """
+
     def __init__(
         self,
-        first_chunk: bytes,
-        rest: AsyncIterator[bytes],
+        chunks: AsyncIterator[bytes],
         status_code: int,
         headers: Mapping[str, str],
-        on_chunk: Callable[[bytes], None],
-        on_finish: Callable[[BaseException | None], Awaitable[None]],
-        on_first_sent: Callable[[], None] | None = None,
-        tracking: Tracker = _untracked,
+        on_complete: Callable[[RelayEnd], Awaitable[None]],
+        *,
+        drain: Drain | None = None,
         disconnected: asyncio.Future[None] | None = None,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
-        self.first_chunk = first_chunk
-        self.rest = rest
+        self.chunks = chunks
         self.status_code = status_code
         self.background = None
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
                             for k, v in headers.items()]
-        self.on_chunk = on_chunk
-        self.on_finish = on_finish
-        self.on_first_sent = on_first_sent
-        self.tracking = tracking
+        self.on_complete = on_complete
+        self.drain = drain
         self.disconnected = disconnected
-        """Done when the client has left (the proxy's watch); else the relay watches."""
+        self.first_sent_at: float | None = None
         self._relay_task: asyncio.Future[None] | None = None
         self._cut = False
 
@@ -92,25 +103,23 @@ class RelayStream(Response):
             # has ready: under load, the burst of other streams' chunks that a
             # replica's engine step releases at once, which is when a first
             # token arrives.
-            with self.tracking(self):
+            with self.drain.tracking(self) if self.drain else contextlib.nullcontext():
                 await self._begin(send, body_send)
                 outcome = await self._relay_rest(receive, send, body_send)
         except BaseException as exc:
             outcome = exc
             raise
         finally:
-            await self.on_finish(outcome)
+            await self.on_complete(RelayEnd(outcome, self.first_sent_at))
 
     async def _begin(self, send: Send, body_send: Send) -> None:
         # The start goes through the middlewares (they note that a response
         # began); the body chunks go straight to the server.
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
-        self.on_chunk(self.first_chunk)
-        await body_send({"type": "http.response.body", "body": self.first_chunk,
-                         "more_body": True})
-        if self.on_first_sent is not None:
-            self.on_first_sent()
+        first = await anext(self.chunks, b"")
+        await body_send({"type": "http.response.body", "body": first, "more_body": True})
+        self.first_sent_at = time.perf_counter()
 
     async def _relay_rest(self, receive: Receive, send: Send,
                           body_send: Send) -> BaseException | None:
@@ -139,10 +148,8 @@ class RelayStream(Response):
         return ConnectionAbortedError("client disconnected")
 
     async def _relay(self, send: Send, body_send: Send) -> None:
-        on_chunk = self.on_chunk
         try:
-            async for chunk in self.rest:
-                on_chunk(chunk)
+            async for chunk in self.chunks:
                 await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",

@@ -47,10 +47,12 @@ from gateway.replicas.inprocess import start_inprocess
 from gateway.replicas.kv_feed import KVFeed
 from gateway.replicas.sources import TransportFactory, build_discovery, follow_events, make_backend
 from gateway.replicas.watch import ReplicaWatch
+from gateway.request.dispatch import Dispatcher
 from gateway.request.drain import Drain
 from gateway.request.lifecycle import Lifecycle, RequestObserver
 from gateway.request.proxy import Proxy
 from gateway.request.recorder import Recorder, ResponseCounter
+from gateway.request.response_homes import ResponseHomes
 from gateway.request.routing import Router
 from gateway.request.state import GatewayState
 from gateway.request.streaming import RAW_SEND
@@ -164,7 +166,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
                                              text_samples=settings.lint.text_samples))
         lint.probe.compiled.resize(settings.limits.compiled_templates,
                                    settings.limits.compiled_template_bytes)
-        observers: list[RequestObserver] = [router, Recorder(metrics, policy.name)]
+        homes = ResponseHomes()
+        observers: list[RequestObserver] = [router, homes, Recorder(metrics, policy.name)]
         if fleet is not None:
             observers.append(FleetPublisher(fleet))
         if settings.lint.enabled:
@@ -213,7 +216,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         kv_feed = KVFeed(settings, pool, policy)
         await follow_events(discovery, settings, kv_feed)
         kv_feed.start()
-        app.include_router(build_router(state))
+        app.include_router(build_router(state, Dispatcher(state, homes)))
         app.include_router(build_ops_router(ops_view))
         app.include_router(build_lint_router(state, lint))
         app.include_router(build_trace_router(trace.writer if trace else None))

@@ -52,20 +52,17 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_router(state: GatewayState, dispatcher: Dispatcher | None = None) -> APIRouter:
+def build_router(state: GatewayState, dispatch: Dispatcher) -> APIRouter:
     router = APIRouter()
-    dispatch = dispatcher if dispatcher is not None else Dispatcher(state)
     is_secret = secret_test(state.settings)
 
     async def routed(request: Request, route: Route) -> Response:
-        """read -> parse -> decide (the lifecycle hears it) -> forward -> remember."""
+        """read -> parse -> decide (the lifecycle hears it) -> forward (and it hears the rest)."""
         exchange = Exchange(request, route)
         exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
         await dispatch.decide(exchange)
         state.proxy.lifecycle.decided(exchange)
-        response = await state.proxy.forward(exchange)
-        dispatch.homes.remember(exchange, response)
-        return response
+        return await state.proxy.forward(exchange)
 
     for route in ROUTES:
         router.add_api_route(route.path, _handler(routed, route), methods=[route.method])
