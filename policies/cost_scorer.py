@@ -83,15 +83,28 @@ class CostConfig:
     kv_pressure_threshold: float = 0.9
     kv_pressure_seconds: float = 1.0
     session_affinity_seconds: float = 0.02
+    decode_seconds_per_sequence: float = 0.0
+    expected_output_tokens: int = 128
+    max_expected_output_tokens: int = 256
 
     def __post_init__(self) -> None:
         for name in ("prefill_seconds_per_token", "running_request_seconds",
                      "waiting_request_seconds", "kv_pressure_seconds",
-                     "session_affinity_seconds"):
+                     "session_affinity_seconds", "decode_seconds_per_sequence",
+                     "expected_output_tokens", "max_expected_output_tokens"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must not be negative")
         if not 0.0 <= self.kv_pressure_threshold < 1.0:
             raise ValueError("kv_pressure_threshold must be in [0, 1)")
+
+    def running_seconds(self, request: RouteRequest) -> float:
+        """What one more running request on a replica adds to this request's latency:
+        to its first token, and to each of its answer's decode steps."""
+        if not self.decode_seconds_per_sequence:
+            return self.running_request_seconds
+        output = min(request.output_tokens or self.expected_output_tokens,
+                     self.max_expected_output_tokens)
+        return self.running_request_seconds + output * self.decode_seconds_per_sequence
 
 
 def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequest,
@@ -103,7 +116,7 @@ def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequ
         * config.prefill_seconds_per_token
     waiting = max(0, replica.waiting - replica.pending_requests)
     running = max(0, replica.load - replica.pending_requests - waiting)
-    queue = running * config.running_request_seconds + waiting * config.waiting_request_seconds
+    queue = running * config.running_seconds(request) + waiting * config.waiting_request_seconds
     headroom = 1.0 - config.kv_pressure_threshold
     pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
     return queue + prefill + pressure * config.kv_pressure_seconds
@@ -122,7 +135,7 @@ class CostScorer:
         config, matched, turn = self.config, candidates.matched, candidates.turn
         prompt_tokens = prompt_token_count(request)
         block_size, per_token = request.block_size, config.prefill_seconds_per_token
-        per_running, per_waiting = config.running_request_seconds, config.waiting_request_seconds
+        per_running, per_waiting = config.running_seconds(request), config.waiting_request_seconds
         threshold, pressure_seconds = config.kv_pressure_threshold, config.kv_pressure_seconds
         headroom = 1.0 - threshold
         base: dict[str, float] = {}

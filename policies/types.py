@@ -63,6 +63,8 @@ class RouteRequest:
     session_key: str | None = None
     """``x-session-id`` header or the OpenAI ``user`` field, when present."""
     request_id: str = ""
+    output_tokens: int = 0
+    """The answer's length limit the request sets (``max_tokens``...); 0 when none."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,16 +36,25 @@ class RoutingFields:
     model: str | None = None
     stream: bool = False
     user: str | None = None
+    max_tokens: int = 0
+    """``max_completion_tokens``, ``max_tokens`` or ``max_output_tokens`` (Responses):
+    the answer's length limit, 0 when none is set (or it is not a positive integer)."""
+
+
+_OUTPUT_LIMITS = ("max_completion_tokens", "max_tokens", "max_output_tokens")
 
 
 def routing_fields(data: Mapping[str, Any]) -> RoutingFields:
-    """Read ``model``, ``stream`` and ``user``; a non-string ``model`` is a 400."""
+    """Read ``model``, ``stream``, ``user`` and the output limit; a non-string ``model``
+    is a 400 (the rest is the replica's to judge)."""
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise InvalidRequest("model: Input should be a valid string", param="model")
     user = data.get("user")
+    limit = next((v for v in map(data.get, _OUTPUT_LIMITS)
+                  if isinstance(v, int) and not isinstance(v, bool) and v > 0), 0)
     return RoutingFields(model=model or None, stream=flag(data.get("stream")),
-                         user=user if isinstance(user, str) else None)
+                         user=user if isinstance(user, str) else None, max_tokens=limit)
 
 
 def flag(value: Any) -> bool:

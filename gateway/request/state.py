@@ -10,6 +10,7 @@ after its decision is told to the proxy's lifecycle observers
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -57,7 +58,9 @@ class GatewayState:
         model, (kind, body) = exchange.model, exchange.prompt or ("", {})
         session_key, request_id = exchange.session_key, exchange.request_id
         block_size = self.router.block_size(model)
+        output = exchange.fields.max_tokens
         if not self.router.policy.uses_prefix or exchange.prompt is None:
-            return RouteRequest(model, (), 0, block_size, session_key, request_id)
-        return await self.hashers.get(model).analyse(model, body, kind, block_size,
-                                                     session_key, request_id)
+            return RouteRequest(model, (), 0, block_size, session_key, request_id, output)
+        described = await self.hashers.get(model).analyse(model, body, kind, block_size,
+                                                          session_key, request_id)
+        return dataclasses.replace(described, output_tokens=output) if output else described
