@@ -1,20 +1,20 @@
 """The prompt linter inside the gateway: the endpoint's engine, live traffic, drift.
 
-``LintService`` is built once by ``create_app`` and attached to the gateway
-state as ``state.lint``.
+``LintService`` is built once by ``create_app``; on live traffic it is fed
+by ``gateway.server.live_lint`` (a lifecycle observer and its worker thread).
 
 * ``lint_one`` / ``lint_batch`` serve ``POST /v1/prompt/lint`` (run in a
   worker thread: they render and tokenize). The model's tokenizer offsets
   are loaded on first use.
-* ``check`` runs on every routed chat request, before it is forwarded: the
-  stable prefix's fields are linted with the detector only, memoized by
-  (path, hash of the text) — a warm system prompt and tool list cost a hash
-  each. The request is then observed by its group (``groups``): spans that
-  never vary drop to info, a per-request cache salt or a changed tool order
-  count as warnings, and a drift is logged, counted and kept for
-  ``GET /admin/drift``. When more than ``offload_chars`` of new text must be
-  looked at, the work goes to a worker thread. Returns the warning count for
-  the ``x-prefixgate-lint`` header.
+* ``check_now`` lints one routed chat request's stable prefix, in the live
+  linter's worker thread (it takes its own locks): its fields with the
+  detector only, memoized by (path, hash of the text) — a warm system prompt
+  and tool list cost a hash each. The request is then observed by its group
+  (``groups``): spans that never vary drop to info, a per-request cache salt
+  or a changed tool order count as warnings, and a drift is logged, counted
+  and kept for ``GET /admin/drift``. ``known_warnings`` is what the last
+  lint of a stable prefix found (a hash and a lookup: on the serving loop,
+  for the ``x-prefixgate-lint`` header).
 * ``top_findings`` and ``drift_events`` feed the ops dashboard;
   ``drift_report`` is ``GET /admin/drift``.
 
@@ -26,12 +26,11 @@ shown only where the caller passes ``include_text=True`` (the route does so
 for admin keys). The hashes are keyed with a random key per process, so a
 guess of a value cannot be checked against one.
 
-Nothing here may fail a request: ``check`` logs and returns None instead.
+Nothing here may fail a request: the live linter logs what it cannot lint.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
@@ -74,7 +73,6 @@ class LintLimits:
     min_seen: int = 5
     """Requests a group must have sent before a never-varying span is called stable."""
     max_events: int = 100
-    offload_chars: int = 8192
     learn: bool = True
     """Live learning: group each app's requests, learn the spans that vary, report
     prefix drift. Off, each request is linted on its own (patterns only)."""
@@ -145,29 +143,6 @@ class LintService:
         return BatchLinter(self.linter(model), self.atomizer).lint(bodies, block_size)
 
     # -- live traffic ------------------------------------------------------------------------
-
-    async def check(self, model: str, body: Mapping[str, Any], tenant: str | None) -> int | None:
-        try:
-            fields = [f for f in text_fields(body) if f.region != "final"]
-            pending = self._pending_chars(model, fields)
-            if pending > self.limits.offload_chars or (pending and any(
-                    self.detector.people.needs_loading(f.text) for f in fields)):
-                # Long new text, or the first of a script whose name dictionary is not
-                # loaded yet (jieba: about a second): off the event loop.
-                return await asyncio.to_thread(self.check_now, model, body, tenant, fields, True)
-            return self.check_now(model, body, tenant, fields, False)
-        except Exception:  # the linter must never fail a request
-            log.exception("prompt lint failed; request routed without it")
-            return None
-
-    def _pending_chars(self, model: str, fields: list[TextField]) -> int:
-        pending = 0
-        with self._lock:
-            for field in fields:
-                if (field.path, _digest(field.text)) not in self._memo:
-                    pending += self.detector.people.cost(field.text)
-        return pending + (sum(len(f.text) for f in fields if f.region != "history")
-                          if pending else 0)
 
     def check_now(self, model: str, body: Mapping[str, Any], tenant: str | None,
                   fields: list[TextField] | None = None, blocking: bool = True) -> int:

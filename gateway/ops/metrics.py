@@ -115,6 +115,10 @@ class GatewayMetrics:
         self.completion_tokens = Counter(
             "prefixgate_completion_tokens", "Output tokens reported by the replica.",
             ["replica"], registry=r)
+        self.lint_dropped = Counter(
+            "prefixgate_lint_dropped", "Requests the live prompt linter skipped: its queue "
+            "was full (it lints off the serving loop, and never holds a request back).",
+            registry=r)
         self.lint_findings = Counter(
             "prefixgate_lint_findings", "Prompt lint findings, by kind of finding.",
             ["kind"], registry=r)

@@ -170,8 +170,9 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         observers: list[RequestObserver] = [router, homes, Recorder(metrics, policy.name)]
         if fleet is not None:
             observers.append(FleetPublisher(fleet))
-        if settings.lint.enabled:
-            observers.append(LiveLint(lint))
+        live_lint = LiveLint(lint, metrics) if settings.lint.enabled else None
+        if live_lint is not None:
+            observers.append(live_lint)
         trace = build_trace(settings.trace, policy.name)  # the traffic's shape (gateway.trace)
         if trace is not None:
             observers.append(trace.recorder)
@@ -211,6 +212,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         ops_sampler.start()
         lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
         lag_probe.start()
+        if live_lint is not None:
+            live_lint.start()
         gc_pauses = GcPauses(metrics.gc_pause_seconds)
         gc_pauses.start()
         kv_feed = KVFeed(settings, pool, policy)
@@ -250,6 +253,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
             if fleet is not None:
                 await fleet.aclose()
             await lag_probe.aclose()
+            if live_lint is not None:
+                await asyncio.to_thread(live_lint.close)
             gc_pauses.stop()
             await ops_sampler.aclose()
             await pool.aclose()

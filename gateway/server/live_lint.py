@@ -2,10 +2,16 @@
 
 When a chat request with a prompt is decided (``gateway.request.lifecycle``),
 the linter says at once what it already knows of that stable prefix (its
-memo: ``LintService.known_warnings``, the ``x-prefixgate-lint`` header), and
-lints it for real once the request has left: the work is begun one turn of
-the event loop late, so it never holds the request back. The linter only
-observes: anything it cannot read is logged and the request goes on.
+memo: ``LintService.known_warnings``, the ``x-prefixgate-lint`` header: a
+hash and a lookup), and the request goes on. The real lint runs off the
+serving loop: the request is put on a bounded queue that one worker thread
+drains (``LintService.check_now``, which takes its own locks); when the queue
+is full the request is not linted and ``prefixgate_lint_dropped_total`` counts
+it. Linting on the loop, even after the request had left, put its CPU time
+(tens of milliseconds for a long new prompt) in front of other requests'
+first bytes; a worker thread gives the loop the interpreter back every
+switch interval. The linter only observes: anything it cannot read is
+logged and the request goes on.
 
 It lives here, in the composition layer, because the request path never
 imports the linter and the linter never imports the request path.
@@ -13,49 +19,66 @@ imports the linter and the linter never imports the request path.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+import queue
+import threading
+from collections.abc import Mapping
+from typing import Any
 
 from gateway.lint.service import LintService
+from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
 
-T = TypeVar("T")
-
 log = logging.getLogger("prefixgate.lint")
 
+QUEUE_REQUESTS = 1024
+"""Requests waiting to be linted, at most (each holds a reference to its parsed body)."""
 
-async def after_request_leaves(work: Callable[[], Awaitable[T]]) -> T:
-    """``work()``, begun one turn of the event loop late.
-
-    Sending a request body, aiohttp on Python 3.11 queues a task of its own
-    that writes it (3.12+ starts it eagerly). Work queued by the handler
-    before it sends would run first and hold the request back; started from
-    here it runs after the write.
-    """
-    await asyncio.sleep(0)
-    return await work()
+_Item = tuple[str, Mapping[str, Any], str | None]
 
 
 class LiveLint(Silent):
-    def __init__(self, lint: LintService) -> None:
+    def __init__(self, lint: LintService, metrics: GatewayMetrics,
+                 capacity: int = QUEUE_REQUESTS) -> None:
         self.lint = lint
-        self._running: set[asyncio.Future[int | None]] = set()
-        """Checks in progress (a reference each, so none is collected mid-way)."""
+        self.metrics = metrics
+        self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=capacity)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="prefixgate-lint", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the worker once what is queued is linted."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        self._thread = None
 
     def on_decided(self, exchange: Exchange) -> None:
         if exchange.route.kind != "chat" or exchange.prompt is None:
             return
-        lint = self.lint
+        model, body, tenant = exchange.model, exchange.as_sent, exchange.tenant
         try:
-            exchange.lint_warnings = lint.known_warnings(exchange.model, exchange.as_sent,
-                                                         exchange.tenant)
+            exchange.lint_warnings = self.lint.known_warnings(model, body, tenant)
         except Exception as exc:  # noqa: BLE001 - the linter observes; it never fails a request
             log.warning("prompt lint could not read a request (%s)", type(exc).__name__)
             return
-        check = asyncio.ensure_future(after_request_leaves(
-            lambda: lint.check(exchange.model, exchange.as_sent, exchange.tenant)))
-        self._running.add(check)
-        check.add_done_callback(self._running.discard)
+        try:
+            self._queue.put_nowait((model, body, tenant))
+        except queue.Full:
+            self.metrics.lint_dropped.inc()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            model, body, tenant = item
+            try:
+                self.lint.check_now(model, body, tenant)
+            except Exception:
+                log.exception("prompt lint failed on a request (it was routed without it)")

@@ -1,0 +1,71 @@
+"""The live prompt linter lints off the serving loop, and drops what it cannot keep up with."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.server.live_lint import LiveLint
+
+
+class SlowLint:
+    """A LintService that blocks in check_now until told to go on, and records the thread."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.checked: list[tuple[str, str | None]] = []
+        self.threads: set[str] = set()
+
+    def known_warnings(self, model: str, body: Any, tenant: str | None) -> int | None:
+        return 2 if self.checked else None
+
+    def check_now(self, model: str, body: Any, tenant: str | None) -> int:
+        self.threads.add(threading.current_thread().name)
+        self.go.wait(10)
+        self.checked.append((model, tenant))
+        return 2
+
+
+def exchange(tenant: str) -> SimpleNamespace:
+    return SimpleNamespace(route=SimpleNamespace(kind="chat"), prompt=("chat", {}), model="m",
+                           as_sent={"messages": []}, tenant=tenant, lint_warnings=None)
+
+
+def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -> None:
+    lint = SlowLint()
+    dropped = Counter("dropped", "", registry=CollectorRegistry())
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=dropped), capacity=2)  # type: ignore[arg-type]
+    live.start()
+    try:
+        decided = [exchange(f"t{i}") for i in range(5)]
+        live.on_decided(decided[0])
+        started = threading.Event()
+        while not lint.threads:     # the worker took the first and is stuck on it
+            started.wait(0.01)
+        for each in decided[1:]:
+            live.on_decided(each)   # returns at once
+        # one in the worker, two queued, two dropped (counted)
+        assert dropped._value.get() == 2
+        assert all(each.lint_warnings is None for each in decided)
+        lint.go.set()
+    finally:
+        live.close()
+    assert [tenant for _, tenant in lint.checked] == ["t0", "t1", "t2"]
+    assert lint.threads == {"prefixgate-lint"}
+    later = exchange("t9")
+    live.on_decided(later)       # what the last lint found, for the header
+    assert later.lint_warnings == 2
+
+
+def test_only_chat_requests_with_a_prompt_are_linted() -> None:
+    lint = SlowLint()
+    lint.go.set()
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=None))  # type: ignore[arg-type]
+    live.start()
+    embeddings = SimpleNamespace(route=SimpleNamespace(kind="embeddings"), prompt=None)
+    live.on_decided(embeddings)  # type: ignore[arg-type]
+    live.close()
+    assert lint.checked == []
