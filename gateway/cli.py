@@ -35,6 +35,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("plan", "gateway.kv.plan_cli", "KV-cache capacity per GPU for a model and KV dtype"),
     Command("kv-quality", "gateway.kv.quality_cli", "quality gate for a quantized KV cache"),
     Command("profiles", "gateway.kv.profiles_cli", "named vLLM launch profiles"),
+    Command("fit", "gateway.replay.fit_cli", "fit the simulator's latency model to live replicas"),
+    Command("replay", "gateway.replay.cli", "replay a recorded trace on N simulated replicas"),
 )
 
 

@@ -5,7 +5,7 @@ A line is one JSON object, the fields of the Mooncake FAST'25 trace first::
     {"timestamp": 1767225600123, "input_length": 1043, "output_length": 87,
      "hash_ids": [5209541530461337, 881721440512098, ...],
      "block_size": 16, "model": "qwen2.5-72b-instruct", "replica": "r1",
-     "policy": "prefix", "ttft_ms": 231.4, "cached_tokens": 1024,
+     "policy": "prefix", "stream": true, "ttft_ms": 231.4, "cached_tokens": 1024,
      "session": 3308118405727411}
 
 * ``timestamp``: arrival at the gateway, milliseconds since the Unix epoch (a
@@ -15,7 +15,8 @@ A line is one JSON object, the fields of the Mooncake FAST'25 trace first::
   each (the replica's block size, not Mooncake's 512: routing and hits happen
   in those). Equal ids at the same position mean an equal prefix up to there;
 * the rest are extra fields a Mooncake reader ignores: who served it and how
-  (``replica``, ``policy``, ``ttft_ms`` as the gateway saw it, ``cached_tokens``
+  (``replica``, ``policy``, ``stream``, ``ttft_ms`` as the gateway saw it: the
+  first byte, which for an answer not streamed is its last; ``cached_tokens``
   from the replica's ``usage`` when it said), the served ``model``, and a keyed
   ``session`` id when the request carried one (``x-session-id`` or ``user``).
 
@@ -64,6 +65,7 @@ class TraceLine:
     model: str | None = None
     replica: str | None = None
     policy: str | None = None
+    stream: bool | None = None
     ttft_ms: float | None = None
     cached_tokens: int | None = None
     session: int | None = None
@@ -74,7 +76,7 @@ class TraceLine:
             "timestamp": self.timestamp_ms, "input_length": self.input_length,
             "output_length": self.output_length, "hash_ids": list(self.hash_ids),
             "block_size": self.block_size}
-        for name in ("model", "replica", "policy", "cached_tokens", "session"):
+        for name in ("model", "replica", "policy", "stream", "cached_tokens", "session"):
             value = getattr(self, name)
             if value is not None:
                 item[name] = value
@@ -91,10 +93,10 @@ class TraceKey:
         if len(secret) < 16:
             raise ValueError("the trace secret must be at least 16 bytes")
         self._secret = secret[:64]
-        self._namespaces: dict[str | None, tuple[hashlib._Hash, dict[int, int]]] = {}
+        self._namespaces: dict[str | None, tuple[hashlib.blake2b, dict[int, int]]] = {}
         self._memo_entries = memo_entries
 
-    def _namespace(self, salt: str | None) -> tuple[hashlib._Hash, dict[int, int]]:
+    def _namespace(self, salt: str | None) -> tuple[hashlib.blake2b, dict[int, int]]:
         found = self._namespaces.get(salt)
         if found is None:
             if len(self._namespaces) >= 4096:  # tenants come and go: start afresh
@@ -141,13 +143,14 @@ def parse_line(text: str | bytes, number: int = 0) -> TraceLine | None:
         ttft = item.get("ttft_ms")
         cached = item.get("cached_tokens")
         session = item.get("session")
+        stream = item.get("stream")
         line = TraceLine(
             timestamp_ms=int(item["timestamp"]), input_length=int(item["input_length"]),
             output_length=int(item["output_length"]),
             hash_ids=tuple(int(h) for h in item["hash_ids"]),
             block_size=int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS),
             model=item.get("model"), replica=item.get("replica"), policy=item.get("policy"),
-            ttft_ms=float(ttft) if ttft is not None else None,
+            stream=bool(stream) if stream is not None else None, ttft_ms=float(ttft) if ttft is not None else None,
             cached_tokens=int(cached) if cached is not None else None,
             session=int(session) if session is not None else None)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -45,6 +45,7 @@ class TraceRecorder(Silent):
             block_hashes=request.block_hashes, block_size=request.block_size,
             cache_salt=salt if isinstance(salt, str) else None,
             model=exchange.model, replica=outcome.replica_id, policy=self.policy_name,
+            stream=exchange.stream,
             ttft_ms=outcome.ttft * 1000 if outcome.ttft is not None else None,
             cached_tokens=usage.cached_tokens if usage else None,
             session_key=exchange.session_key))

@@ -59,6 +59,7 @@ class TraceRecord:
     model: str
     replica: str
     policy: str
+    stream: bool
     ttft_ms: float | None
     cached_tokens: int | None
     session_key: str | None
@@ -216,7 +217,7 @@ class TraceWriter:
                 self._file.flush()
                 for path in self._file.files():
                     with contextlib.suppress(FileNotFoundError):
-                        handle = path.open("rb")
+                        handle: BinaryIO = path.open("rb")
                         opened.append((handle, os.fstat(handle.fileno()).st_size))
             yield opened
         finally:
@@ -258,7 +259,7 @@ class TraceWriter:
             output_length=record.output_length,
             hash_ids=tuple(self._key.block_ids(record.block_hashes, salt)),
             block_size=record.block_size, model=record.model, replica=record.replica,
-            policy=record.policy, ttft_ms=record.ttft_ms, cached_tokens=record.cached_tokens,
+            policy=record.policy, stream=record.stream, ttft_ms=record.ttft_ms, cached_tokens=record.cached_tokens,
             session=self._key.session_id(record.session_key) if record.session_key else None)
         data = line.encode()
         with self._lock:

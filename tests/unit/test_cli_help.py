@@ -12,6 +12,8 @@ from gateway.kv import plan_cli as kv_plan_cli
 from gateway.kv import profiles_cli
 from gateway.kv import quality_cli as kv_quality_cli
 from gateway.lint import cli as lint_cli
+from gateway.replay import cli as replay_cli
+from gateway.replay import fit_cli
 
 
 def test_help_lists_each_command_on_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,7 +54,8 @@ def test_every_flag_of_every_command_says_what_it_does() -> None:
     parsers = {"serve": serve_cli.build_parser(), "sim": sim_cli.build_parser(),
                "lint": lint_cli._parser(), "plan": kv_plan_cli._parser(),
                "kv-quality": kv_quality_cli._parser(), "profiles": profiles_cli._parser(),
-               "demo": demo_cli._parser()}
+               "demo": demo_cli._parser(), "fit": fit_cli._parser(),
+               "replay": replay_cli._parser()}
     assert set(parsers) == {name for name, _, _ in cli.COMMANDS}
     silent = [f"{name} {action.option_strings or action.dest}"
               for name, parser in parsers.items() for name, action in _actions(name, parser)

@@ -38,7 +38,7 @@ def _record(hashes: tuple[int, ...] = (), **fields: object) -> TraceRecord:
     values: dict[str, object] = {
         "timestamp_ms": 1_700_000_000_000, "input_length": len(hashes) * 16 + 5, "output_length": 9,
         "block_hashes": hashes, "block_size": 16, "cache_salt": None, "model": "m", "replica": "r0",
-        "policy": "prefix", "ttft_ms": 12.345, "cached_tokens": 32, "session_key": None}
+        "policy": "prefix", "stream": True, "ttft_ms": 12.345, "cached_tokens": 32, "session_key": None}
     values.update(fields)
     return TraceRecord(**values)  # type: ignore[arg-type]
 
@@ -81,7 +81,7 @@ def test_no_id_is_the_gateway_hash_or_the_token_ids() -> None:
 def test_a_line_is_a_mooncake_record_with_extra_fields_and_reads_back() -> None:
     line = TraceLine(timestamp_ms=1_700_000_000_123, input_length=325, output_length=9,
                      hash_ids=(5, 6), block_size=16, model="m", replica="r1", policy="prefix",
-                     ttft_ms=12.345, cached_tokens=32, session=77)
+                     stream=True, ttft_ms=12.345, cached_tokens=32, session=77)
     text = line.encode().decode()
     assert text.endswith("\n") and text.count("\n") == 1
     item = json.loads(text)
@@ -207,6 +207,7 @@ async def test_a_gateway_records_each_answer_and_serves_the_trace_to_admins(
     assert "hello" not in download.text
     first = lines[0]
     assert first.replica in ("a", "b") and first.policy == "prefix" and first.model == "m"
+    assert first.stream is False
     assert first.input_length == 7 and first.output_length == 1 and first.cached_tokens == 4
     assert first.block_size == 32 and len(first.hash_ids) >= 2  # the gateway's own blocks
     assert lines[0].hash_ids == lines[1].hash_ids  # the same prompt, the same ids
