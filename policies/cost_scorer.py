@@ -2,11 +2,25 @@
 
 ::
 
-    ttft(r) = running(r) * running_request_seconds
+    cost(r) = running(r) * (running_request_seconds
+                            + output_tokens * decode_seconds_per_sequence)
             + waiting(r) * waiting_request_seconds
             + (pending_prefill(r) + uncached_tokens(r)) * prefill_seconds_per_token
             + kv_pressure(r) * kv_pressure_seconds
             - session_affinity_seconds   (only the session's last replica)
+
+The cost is the request's estimated latency: its time to first token, and
+what the replica's other running requests add to its decode. The second
+term is what keeps a crowd off one replica once it holds a prefix: each
+running request makes every decode step a little longer
+(``decode_seconds_per_sequence``), so an answer of ``output_tokens`` tokens
+takes that much longer there per running request. ``output_tokens`` is the
+request's own limit (``max_tokens``, ``max_completion_tokens``,
+``max_output_tokens``) up to ``max_expected_output_tokens``, or
+``expected_output_tokens`` when it sets none. Without it, side by side on
+``vllm bench serve``'s burst the replica that confirmed a new prefix first
+took a third more of the burst and TTFT p99 doubled; with it, TTFT p99 on
+the shared-prefix and multi-turn benchmarks halved (BENCHMARKS.md, "Bursts").
 
 ``uncached_tokens = prompt_tokens - matched(r) * block_size``: what the
 replica must prefill for this request. ``matched`` counts the blocks the
@@ -35,9 +49,10 @@ prefill each). ``running`` is the rest of the replica's outstanding requests
 request slows the shared engine steps a little. ``kv_pressure`` rises
 linearly from 0 at ``kv_pressure_threshold`` KV usage to 1 at full: a nearly
 full cache makes the engine queue, preempt and evict. The trade-off is
-explicit: with the defaults a cached 1,000-token prefix is worth 50 more
-running requests, one more waiting request, or 1,000 tokens of prefill
-queued ahead. Equal costs are broken by the rotating turn, so identical
+explicit: with the defaults a cached 1,000-token prefix is worth one more
+waiting request, 1,000 tokens of prefill queued ahead, or more running
+requests the shorter the answer: about 19 for a 16-token answer, 12 for
+one of unknown length, 4 for one of 128 tokens or more. Equal costs are broken by the rotating turn, so identical
 replicas share load.
 
 Reasons: ``session`` (the affinity discount decided), ``miss`` (no replica
@@ -58,6 +73,17 @@ Options (``policy_options`` of ``prefix`` / ``precise`` with ``scorer: cost``):
   given up for load differences that cost less than the prefill it caused.
 * ``waiting_request_seconds`` (default 0.1): TTFT added per waiting request
   (about the prefill of a 1,000-token prompt).
+* ``decode_seconds_per_sequence`` (default 0.0002; 0 turns the term off): how
+  much longer each decode step takes per running sequence (the simulator's
+  default, calibrated against vLLM on CPU; a large model's decode step on a
+  GPU grows by about 0.1-0.3 ms per sequence it batches).
+* ``expected_output_tokens`` (default 32): a request's answer length when it
+  sets no limit. Low on purpose: the cost model does not price what a
+  spilled request evicts on the replica it spills to, so an unknown answer
+  length should not weigh more than a cached prefix (in an offline replay
+  with tight caches, 128 cost 14 points of hit rate).
+* ``max_expected_output_tokens`` (default 128): the most a limit counts for
+  (limits are often ceilings far above the answer).
 * ``kv_pressure_threshold`` (default 0.9): KV usage where pressure starts.
 * ``kv_pressure_seconds`` (default 1.0): TTFT added at 100% KV usage.
 * ``session_affinity_seconds`` (default 0.02): the discount for the
@@ -83,9 +109,9 @@ class CostConfig:
     kv_pressure_threshold: float = 0.9
     kv_pressure_seconds: float = 1.0
     session_affinity_seconds: float = 0.02
-    decode_seconds_per_sequence: float = 0.0
-    expected_output_tokens: int = 128
-    max_expected_output_tokens: int = 256
+    decode_seconds_per_sequence: float = 0.0002
+    expected_output_tokens: int = 32
+    max_expected_output_tokens: int = 128
 
     def __post_init__(self) -> None:
         for name in ("prefill_seconds_per_token", "running_request_seconds",

@@ -132,7 +132,8 @@ def test_pending_prefixes_match_leading_blocks_per_replica() -> None:
 
 def test_the_bounded_load_holds_a_crowded_replica_back_but_not_a_lightly_loaded_one() -> None:
     clock = ManualClock()
-    policy = default_registry(clock=clock).create("prefix", {})
+    # without the decode term, so that the bound alone is what holds r0 back
+    policy = default_registry(clock=clock).create("prefix", {"decode_seconds_per_sequence": 0})
     prompt = request_of(list(range(1, 1025)), "warm")
     policy.sent(prompt, "r0")
     policy.prefilled(prompt, "r0")
@@ -144,7 +145,8 @@ def test_the_bounded_load_holds_a_crowded_replica_back_but_not_a_lightly_loaded_
     assert decision.replica_id != "r0" and decision.reason == "load-fallback"
     assert decision.fallbacks[-1] == "r0"
     assert decision.matched_blocks["r0"] == 64
-    unbounded = default_registry(clock=clock).create("prefix", {"load_factor": 0})
+    unbounded = default_registry(clock=clock).create("prefix", {"load_factor": 0,
+                                                              "decode_seconds_per_sequence": 0})
     unbounded.sent(prompt, "r0")
     unbounded.prefilled(prompt, "r0")
     assert unbounded.pick(prompt, crowded).replica_id == "r0"

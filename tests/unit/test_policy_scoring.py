@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Any
 
 import pytest
@@ -40,8 +42,15 @@ def test_cost_is_queue_plus_uncached_prefill_plus_kv_pressure():
     assert estimated_ttft(idle, 0, PROMPT, config) == pytest.approx(1030 * 1e-4)
     assert estimated_ttft(idle, 64, PROMPT, config) == pytest.approx(6 * 1e-4)
     busy = replica("a", inflight=7, waiting=2, running=4, kv_usage=0.95)
-    expected = 5 * config.running_request_seconds + 2 * 0.1 + 1030 * 1e-4 + 0.5 * 1.0
+    # each running request: 2 ms on the first token, 0.2 ms on each of the answer's
+    # decode steps (an unknown answer counts 32 tokens)
+    per_running = config.running_request_seconds + 32 * config.decode_seconds_per_sequence
+    expected = 5 * per_running + 2 * 0.1 + 1030 * 1e-4 + 0.5 * 1.0
     assert estimated_ttft(busy, 0, PROMPT, config) == pytest.approx(expected)
+    long_answer = dataclasses.replace(PROMPT, output_tokens=1000)   # counts the cap of 128
+    longer = 5 * (config.running_request_seconds + 128 * config.decode_seconds_per_sequence)
+    assert estimated_ttft(busy, 0, long_answer, config) == pytest.approx(
+        expected - 5 * per_running + longer)
 
 
 def test_cost_keeps_affinity_under_moderate_load():
