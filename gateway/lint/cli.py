@@ -117,6 +117,18 @@ def tokenizer_name(folder: str | None) -> str | None:
     return None
 
 
+TOKENIZER_NOTICE = ("tokenizer: no --tokenizer given and the bundled Qwen3 tokenizer is not "
+                    "installed (install prefixgate[sim]): tokens counted as UTF-8 bytes")
+"""What a run says without any tokenizer: its token positions are bytes, not tokens."""
+
+
+def notices(linter: Linter, tokenizer: str | None) -> list[str]:
+    """What this run does not check for want of an extra: one line each, in every format."""
+    out = [] if tokenizer or bundled_qwen_tokenizer_dir() else [TOKENIZER_NOTICE]
+    people = linter.detector.people.notice
+    return out + ([people] if people else [])
+
+
 def build_linter(tokenizer: str | None, model: str | None, now: float | None) -> Linter:
     folder = tokenizer or bundled_qwen_tokenizer_dir()
     renderer = load_renderer(folder)
@@ -185,7 +197,8 @@ def main(argv: Sequence[str]) -> int:
     if status == OK and any(item.report.warnings for item in linted):
         status = WARNINGS
     try:
-        for chunk in render(linted, args.format, unlinted, args.sarif_prompt_text):
+        for chunk in render(linted, args.format, unlinted, args.sarif_prompt_text,
+                            notices(linter, args.tokenizer)):
             sys.stdout.write(chunk)
         sys.stdout.flush()
     except BrokenPipeError:
@@ -210,21 +223,27 @@ def _unlinted(target: Target, exc: Exception) -> Unlinted:
 
 
 def render(linted: list[Linted], form: str, unlinted: Sequence[Unlinted] = (),
-           prompt_text: bool = False) -> Iterator[str]:
+           prompt_text: bool = False, notes: Sequence[str] = ()) -> Iterator[str]:
+    """The report; ``notes`` (what went unchecked, ``notices``): SARIF notifications, a
+    ``notes`` list in JSON, ``note:`` lines after the text."""
+    extra = {"notes": list(notes)} if notes else {}
     if form == "sarif":
         located = [item for file in linted for item in file.located]
-        yield json.dumps(sarif_log(located, gateway_version(), unlinted, prompt_text),
+        yield json.dumps(sarif_log(located, gateway_version(), unlinted, prompt_text, notes),
                          ensure_ascii=False, indent=2) + "\n"
     elif form == "json":
         if len(linted) == 1:
-            yield json.dumps(_json(linted[0]), ensure_ascii=False, indent=2) + "\n"
+            yield json.dumps({**_json(linted[0]), **extra}, ensure_ascii=False,
+                             indent=2) + "\n"
         else:
             yield json.dumps({"object": "prompt.lint.files",
-                              "files": [{"file": f.name, **_json(f)} for f in linted]},
+                              "files": [{"file": f.name, **_json(f)} for f in linted], **extra},
                              ensure_ascii=False, indent=2) + "\n"
     else:
         for file in linted:
             yield render_text(file) + "\n"
+        for note in notes:
+            yield f"note: {note}\n"
 
 
 def _json(file: Linted) -> dict[str, Any]:

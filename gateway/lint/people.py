@@ -38,11 +38,19 @@ dictionary, mapped from the package's file).
 A name every request shares (a product, a company, the assistant's persona)
 is still a hit here; the batch linter and the gateway's live learning demote
 it once they see it never varies.
+
+The three resources are the ``names`` extra (``pip install 'prefixgate[names]'``:
+jieba, fugashi, ipadic, faker, about 120 MB). Without it, a script whose
+packages are missing is not scanned here (the cue patterns of ``names`` still
+run), and ``PersonNames.notice`` says so (``NAMES_NOTICE``): the linter's
+outputs carry that line, and the gateway logs it at start-up. Whether a
+package is installed is asked in one place, ``installed``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import re
 import threading
@@ -79,6 +87,36 @@ ZH_SURNAME_STARTS = frozenset(ZH_SURNAMES) | {s[0] for s in ZH_COMPOUND_SURNAMES
 LATIN_CONFIDENCE = 0.8
 CUED_CONFIDENCE = 0.85
 CJK_CONFIDENCE = 0.8
+
+
+SCRIPT_PACKAGES: dict[str, tuple[str, ...]] = {
+    "latin": ("faker",), "zh": ("jieba",), "ja": ("fugashi", "ipadic")}
+"""The packages each script's name resource loads (``LOADERS``): the ``names`` extra."""
+SCRIPT_LABELS = {"latin": "Latin", "zh": "Chinese", "ja": "Japanese"}
+NAMES_EXTRA = "prefixgate[names]"
+NAMES_NOTICE = ("names: not checked without a cue (such as \"my name is\") in {scripts} text; "
+                f"install {NAMES_EXTRA}")
+"""What a linter without (all of) the ``names`` extra says, once, in its output."""
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported, without importing it."""
+    return importlib.util.find_spec(package) is not None
+
+
+def unchecked_scripts() -> tuple[str, ...]:
+    """The scripts whose name resources are not installed."""
+    return tuple(script for script, packages in SCRIPT_PACKAGES.items()
+                 if not all(installed(package) for package in packages))
+
+
+def names_notice(unchecked: tuple[str, ...]) -> str | None:
+    """The line that says which scripts' names go unchecked, or None when none do."""
+    if not unchecked:
+        return None
+    labels = [SCRIPT_LABELS[script] for script in unchecked]
+    scripts = labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " or " + labels[-1]
+    return NAMES_NOTICE.format(scripts=scripts)
 
 
 _KANA = re.compile("[\u3040-\u30ff]")
@@ -162,8 +200,13 @@ LOADERS: dict[str, Callable[[], Any]] = {
 
 
 class PersonNames:
-    def __init__(self, resources: NameResources | None = None) -> None:
+    def __init__(self, resources: NameResources | None = None,
+                 unchecked: tuple[str, ...] | None = None) -> None:
         self.resources = resources or NameResources()
+        self.unchecked = unchecked_scripts() if unchecked is None else unchecked
+        """Scripts left to the cue patterns: their name resources are not installed."""
+        self.notice = names_notice(self.unchecked)
+        """``NAMES_NOTICE`` for those scripts; None when every resource is installed."""
         word = r"(?:O['’]|Mc|Mac)?[A-ZÀ-Þ][a-zß-ÿ'’-]+"
         self._words = re.compile(rf"(?<![\w@./#-]){word}(?:\ (?:[A-Z]\.\ )?{word})*")
         self._word = re.compile(word)
@@ -202,8 +245,7 @@ class PersonNames:
                             break
         return hits
 
-    @staticmethod
-    def _scripts(text: str) -> list[str]:
+    def _scripts(self, text: str) -> list[str]:
         scripts = []
         if _LATIN.search(text):
             scripts.append("latin")
@@ -212,7 +254,7 @@ class PersonNames:
         if _has_han(text) and any(not _has_kana(line) and _has_han(line)
                                   for _, line in _lines(text)):
             scripts.append("zh")
-        return scripts
+        return [script for script in scripts if script not in self.unchecked]
 
     # -- Latin script -----------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ The run's one invocation says whether every file was linted
 ``toolExecutionNotifications`` entry (``error``, or ``note`` for a file
 skipped because it holds no chat request) at its file and, when known, the
 line and column where it breaks, so a code-scanning upload of a broken file
-does not look clean.
+does not look clean; what the run could not check (names without the
+``names`` extra, tokens without a tokenizer) is a ``note`` notification.
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ class Unlinted:
 
 
 def sarif_log(located: Sequence[Located], version: str, unlinted: Sequence[Unlinted] = (),
-              prompt_text: bool = False) -> dict[str, Any]:
+              prompt_text: bool = False, notes: Sequence[str] = ()) -> dict[str, Any]:
+    """``notes``: what the run did not check (a missing extra), ``note`` notifications."""
     kinds = sorted({item.finding.kind for item in located})
     rules = [{"id": kind, "name": kind,
               "shortDescription": {"text": f"{kind} breaks prefix caching"},
@@ -64,7 +66,8 @@ def sarif_log(located: Sequence[Located], version: str, unlinted: Sequence[Unlin
     index = {kind: i for i, kind in enumerate(kinds)}
     results = [_result(item, index[item.finding.kind], prompt_text) for item in located]
     invocation = {"executionSuccessful": not any(not item.skipped for item in unlinted),
-                  "toolExecutionNotifications": [_notification(item) for item in unlinted]}
+                  "toolExecutionNotifications": [_notification(item) for item in unlinted]
+                  + [{"level": "note", "message": {"text": note}} for note in notes]}
     return {"$schema": SCHEMA, "version": "2.1.0", "runs": [{
         "tool": {"driver": {"name": "prefixgate lint", "version": version, "rules": rules}},
         "invocations": [invocation],

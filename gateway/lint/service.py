@@ -111,6 +111,12 @@ class LintService:
 
     # -- the endpoint ------------------------------------------------------------------------
 
+    @property
+    def notes(self) -> list[str]:
+        """What goes unchecked for want of an extra (``gateway.lint.people.NAMES_NOTICE``)."""
+        notice = self.detector.people.notice
+        return [notice] if notice else []
+
     def linter(self, model: str) -> Linter:
         with self._lock:
             linter = self._linters.get(model)

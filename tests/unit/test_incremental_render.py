@@ -16,9 +16,9 @@ from ..chat_corpus import CHATS
 
 def expected_hashes(renderer: HFRenderer, body: dict[str, Any], block_size: int,
                     model: str = "m") -> tuple[list[int], int]:
-    """The tokenizer's own ids for the whole rendered prompt (transformers' encode)."""
+    """The tokenizer's own ids for the whole rendered prompt (one encode of it all)."""
     text = renderer.render_chat(body)
-    ids = renderer._tokenizer.encode(text, add_special_tokens=False)
+    ids = renderer._tokenizer.encode(text, add_special_tokens=False).ids
     return block_hashes(ids, block_size, chain_seed(model, body.get("cache_salt"))), len(ids)
 
 

@@ -17,7 +17,7 @@ from ..chat_corpus import CHATS
 def test_memoized_pieces_give_the_tokenizers_own_ids(qwen: HFRenderer, chat: dict) -> None:
     hasher = PromptHasher(qwen)
     assert hasher._split is not None  # the Qwen tokenizer splits on added tokens
-    expected = qwen._tokenizer.encode(qwen.render_chat(chat), add_special_tokens=False)
+    expected = qwen._tokenizer.encode(qwen.render_chat(chat), add_special_tokens=False).ids
     for _ in range(2):  # cold, then warm from the memo
         described = hasher.describe("m", chat, "chat", 16)
         assert described.prompt_tokens == len(expected)

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from transformers.utils import chat_template_utils
 
+from engine import chat_template
 from engine.tokenizer import HFRenderer
 from gateway.config import ModelSettings
 from gateway.lint.detect import Detector
@@ -58,15 +58,8 @@ def dated(dated_dir: str) -> Linter:
 
 
 def frozen_template_clock(monkeypatch: pytest.MonkeyPatch, today: dt.datetime) -> None:
-    """Inject the clock chat templates read: transformers renders ``strftime_now``
-    from its own module's clock and accepts no callable from its caller."""
-
-    class Frozen(dt.datetime):
-        @classmethod
-        def now(cls, tz: dt.tzinfo | None = None) -> Frozen:
-            return cls.fromtimestamp(today.timestamp(), tz)
-
-    monkeypatch.setattr(chat_template_utils, "datetime", Frozen)
+    """Inject the clock chat templates read (``strftime_now``)."""
+    monkeypatch.setattr(chat_template, "now", lambda: today)
 
 
 # The first of a month (its "01" shares a token with many other dates: the
