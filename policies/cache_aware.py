@@ -32,8 +32,8 @@ learning it as cached when it is sent piled conversations that share a
 system prompt onto one replica (the prefix looked free where it was still
 being computed). A pending prefix is matched, so predictions count what a
 queued request will find, and its replica's outstanding prefill is priced,
-so a burst spreads while the prefill is the bottleneck (BENCHMARKS.md,
-"Bursts").
+so a burst spreads while the prefill is the bottleneck
+(docs/benchmarks/bursts.md).
 
 The two configuration names differ only in their index: ``prefix``
 (:mod:`policies.prefix`, the gateway's own routing history) and ``precise``
@@ -63,7 +63,7 @@ scorer's own:
   mean. The floor keeps it from touching light traffic, where the
   imbalance costs nothing and the cache affinity it would break costs a
   prefill: side by side on the shared-prefix benchmark a bound without a
-  floor lost 5 to 10 points of hit rate (BENCHMARKS.md, "Bursts").
+  floor lost 5 to 10 points of hit rate (docs/benchmarks/bursts.md).
 """
 
 from __future__ import annotations

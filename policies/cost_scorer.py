@@ -20,7 +20,7 @@ request's own limit (``max_tokens``, ``max_completion_tokens``,
 ``expected_output_tokens`` when it sets none. Without it, side by side on
 ``vllm bench serve``'s burst the replica that confirmed a new prefix first
 took a third more of the burst and TTFT p99 doubled; with it, TTFT p99 on
-the shared-prefix and multi-turn benchmarks halved (BENCHMARKS.md, "Bursts").
+the shared-prefix and multi-turn benchmarks halved (docs/benchmarks/bursts.md).
 
 ``uncached_tokens = prompt_tokens - matched(r) * block_size``: what the
 replica must prefill for this request. ``matched`` counts the blocks the
