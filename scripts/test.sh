@@ -8,6 +8,8 @@ VENV="${VENV:-.venv}"
 PYTEST="$VENV/bin/python -m pytest"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+echo "== ruff (the lint rules of pyproject.toml)"
+"$VENV/bin/ruff" check gateway engine policies loadtest tests docs/hooks
 echo "== import rules"
 "$VENV/bin/lint-imports"
 echo "== docs (strict: a broken link, anchor or page left out of the nav fails)"
