@@ -33,6 +33,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -224,18 +226,29 @@ def sandbox() -> ImmutableSandboxedEnvironment:
 class ChatTemplates:
     """Compiles templates once (by text) and renders conversations with them."""
 
+    MAX_COMPILED = 64
+    """Templates kept compiled, least recently used out: a request may bring its own
+    ``chat_template``, so the cache must not grow with what clients send."""
+
     def __init__(self) -> None:
         self._env = sandbox()
-        self._compiled: dict[str, jinja2.Template] = {}
+        self._compiled: OrderedDict[str, jinja2.Template] = OrderedDict()
+        self._lock = threading.Lock()  # renders run on the loop and in worker threads
 
     def compiled(self, text: str) -> jinja2.Template:
-        template = self._compiled.get(text)
-        if template is None:
-            try:
-                template = self._env.from_string(text)
-            except jinja2.TemplateError as exc:
-                raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
+        with self._lock:
+            template = self._compiled.get(text)
+            if template is not None:
+                self._compiled.move_to_end(text)
+                return template
+        try:
+            template = self._env.from_string(text)
+        except jinja2.TemplateError as exc:
+            raise ChatTemplateError(f"chat template does not compile: {exc}") from exc
+        with self._lock:
             self._compiled[text] = template
+            while len(self._compiled) > self.MAX_COMPILED:
+                self._compiled.popitem(last=False)
         return template
 
     def render(self, text: str, messages: Sequence[Mapping[str, Any]], *,
@@ -286,15 +299,16 @@ def _open_final(chat: list[dict[str, Any]], template: str) -> str:
     if "content" not in template:
         raise ChatTemplateError('continue_final_message is set to "content" but this is not an '
                                 "accepted field in the chat template")
-    if isinstance(final, list):
-        for block in reversed(final):
-            if isinstance(block, dict) and "text" in block:
-                final = block["text"]
-                block["text"] = block["text"] + _CONTINUE_TAG
-                break
-        else:
-            raise ChatTemplateError("continue_final_message is set but the final message has "
-                                    "no text to continue")
+    if isinstance(final, list):  # the tagged block is a copy: the caller's parts stay as sent
+        for at in range(len(final) - 1, -1, -1):
+            block = final[at]
+            if isinstance(block, Mapping) and "text" in block:
+                text = block["text"]
+                last["content"] = [*final[:at], {**block, "text": text + _CONTINUE_TAG},
+                                   *final[at + 1:]]
+                return str(text)
+        raise ChatTemplateError("continue_final_message is set but the final message has "
+                                "no text to continue")
     else:
         last["content"] = final + _CONTINUE_TAG
     return str(final)

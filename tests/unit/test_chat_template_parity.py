@@ -172,3 +172,28 @@ def test_prompts_token_ids_and_text_are_transformers_own(
                     text, special), (name, text[:40], special)
             ids = theirs.text_token_ids(text)
             assert ours.decode(ids) == theirs.decode(ids), (name, text[:40])
+
+
+def test_per_request_templates_do_not_grow_the_compiled_cache() -> None:
+    from engine.chat_template import ChatTemplates
+
+    templates = ChatTemplates()
+    for i in range(ChatTemplates.MAX_COMPILED * 3):
+        text = f"{{% for m in messages %}}{i}:{{{{ m['content'] }}}}{{% endfor %}}"
+        assert templates.render(text, [{"role": "user", "content": "hi"}], tools=None,
+                                add_generation_prompt=False, continue_final_message=False,
+                                variables={}) == f"{i}:hi"
+    assert len(templates._compiled) == ChatTemplates.MAX_COMPILED
+
+
+def test_continuing_a_final_message_leaves_the_callers_parts_as_sent() -> None:
+    from engine.chat_template import ChatTemplates
+
+    parts = [{"type": "text", "text": "Once upon"}]
+    chat = [{"role": "user", "content": "tell"}, {"role": "assistant", "content": parts}]
+    text = ("{% for m in messages %}<{{ m['role'] }}>{% for p in m['content'] %}"
+            "{{ p['text'] if p is mapping else p }}{% endfor %}</{{ m['role'] }}>{% endfor %}")
+    rendered = ChatTemplates().render(text, chat, tools=None, add_generation_prompt=False,
+                                      continue_final_message=True, variables={})
+    assert rendered.endswith("<assistant>Once upon")
+    assert parts == [{"type": "text", "text": "Once upon"}]
