@@ -19,6 +19,7 @@ from gateway.config import Settings
 from gateway.ops.metrics import GatewayMetrics
 from gateway.prompt.hashers import HasherSet
 from gateway.request.exchange import Exchange
+from gateway.request.preparing import Preparing
 from gateway.request.proxy import Proxy
 from gateway.request.routing import Router
 from policies.types import RouteRequest
@@ -26,7 +27,8 @@ from policies.types import RouteRequest
 
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
-                 metrics: GatewayMetrics, hashers: HasherSet) -> None:
+                 metrics: GatewayMetrics, hashers: HasherSet,
+                 preparing: Preparing | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.router = router
@@ -34,6 +36,8 @@ class GatewayState:
         self.metrics = metrics
         self.started_at = time.time()
         self.hashers = hashers
+        self.preparing = preparing or Preparing()
+        """Requests between arrival and decision (``gateway.request.preparing``)."""
         self.redis_status: Callable[[], dict[str, object]] | None = None
         """The shared routing state's condition for ``/ready`` (``gateway.fleet.sync``),
         None without ``redis_url``."""

@@ -50,6 +50,7 @@ from gateway.replicas.watch import ReplicaWatch
 from gateway.request.dispatch import Dispatcher
 from gateway.request.drain import Drain
 from gateway.request.lifecycle import Lifecycle, RequestObserver
+from gateway.request.preparing import Preparing
 from gateway.request.proxy import Proxy
 from gateway.request.recorder import Recorder, ResponseCounter
 from gateway.request.response_homes import ResponseHomes
@@ -170,7 +171,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         observers: list[RequestObserver] = [router, homes, Recorder(metrics, policy.name)]
         if fleet is not None:
             observers.append(FleetPublisher(fleet))
-        live_lint = LiveLint(lint, metrics) if settings.lint.enabled else None
+        preparing = Preparing()  # requests before their decision: the linter waits for them
+        live_lint = LiveLint(lint, metrics, preparing) if settings.lint.enabled else None
         if live_lint is not None:
             observers.append(live_lint)
         trace = build_trace(settings.trace, policy.name)  # the traffic's shape (gateway.trace)
@@ -179,7 +181,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
             metrics.registry.register(trace.collector)
         proxy = Proxy(pool, metrics, settings.max_attempts, Lifecycle(observers),
                       timeouts=settings.timeouts.engine(), drain=drain)
-        state = GatewayState(settings, pool, router, proxy, metrics, hashers)
+        state = GatewayState(settings, pool, router, proxy, metrics, hashers, preparing)
         ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
         ops_view = OpsView(pool, policy, ops_sampler)
         ops_view.lint_provider, ops_view.drift_provider = dashboard_feeds(lint)

@@ -9,9 +9,14 @@ drains (``LintService.check_now``, which takes its own locks); when the queue
 is full the request is not linted and ``prefixgate_lint_dropped_total`` counts
 it. Linting on the loop, even after the request had left, put its CPU time
 (tens of milliseconds for a long new prompt) in front of other requests'
-first bytes; a worker thread gives the loop the interpreter back every
-switch interval. The linter only observes: anything it cannot read is
-logged and the request goes on.
+first bytes. A worker thread alone did not free the loop either: while both
+want the interpreter they take turns every switch interval, so in a burst
+the linter took half the gateway's time before each request left
+(docs/benchmarks/bursts.md). So the worker lints only while no request is being
+prepared (``gateway.request.preparing``: between arrival and decision); a
+burst queues its lints and they run once its requests have left, and under
+load that never lets up the queue fills and drops, counted. The linter only
+observes: anything it cannot read is logged and the request goes on.
 
 It lives here, in the composition layer, because the request path never
 imports the linter and the linter never imports the request path.
@@ -29,20 +34,26 @@ from gateway.lint.service import LintService
 from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
+from gateway.request.preparing import Preparing
 
 log = logging.getLogger("prefixgate.lint")
 
 QUEUE_REQUESTS = 1024
 """Requests waiting to be linted, at most (each holds a reference to its parsed body)."""
 
+IDLE_POLL_SECONDS = 0.5
+"""How often a worker waiting for the gateway to be idle looks whether it is closing."""
+
 _Item = tuple[str, Mapping[str, Any], str | None]
 
 
 class LiveLint(Silent):
-    def __init__(self, lint: LintService, metrics: GatewayMetrics,
+    def __init__(self, lint: LintService, metrics: GatewayMetrics, preparing: Preparing,
                  capacity: int = QUEUE_REQUESTS) -> None:
         self.lint = lint
         self.metrics = metrics
+        self.preparing = preparing
+        self._closing = threading.Event()
         self._queue: queue.Queue[_Item | None] = queue.Queue(maxsize=capacity)
         self._thread: threading.Thread | None = None
 
@@ -54,6 +65,7 @@ class LiveLint(Silent):
         """Stop the worker once what is queued is linted."""
         if self._thread is None:
             return
+        self._closing.set()  # what is queued is linted now, requests being prepared or not
         self._queue.put(None)
         self._thread.join(timeout=10)
         self._thread = None
@@ -78,6 +90,8 @@ class LiveLint(Silent):
             if item is None:
                 return
             model, body, tenant = item
+            while not self._closing.is_set() and not self.preparing.wait_idle(IDLE_POLL_SECONDS):
+                pass  # requests are being prepared: they come first
             try:
                 self.lint.check_now(model, body, tenant)
             except Exception:

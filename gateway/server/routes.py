@@ -59,9 +59,10 @@ def build_router(state: GatewayState, dispatch: Dispatcher) -> APIRouter:
     async def routed(request: Request, route: Route) -> Response:
         """read -> parse -> decide (the lifecycle hears it) -> forward (and it hears the rest)."""
         exchange = Exchange(request, route)
-        exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
-        await dispatch.decide(exchange)
-        state.proxy.lifecycle.decided(exchange)
+        with state.preparing.request():  # what waits for the gateway's own time, waits
+            exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
+            await dispatch.decide(exchange)
+            state.proxy.lifecycle.decided(exchange)
         return await state.proxy.forward(exchange)
 
     for route in ROUTES:

@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 
+from gateway.request.preparing import Preparing
 from gateway.server.live_lint import LiveLint
 
 
@@ -37,7 +38,7 @@ def exchange(tenant: str) -> SimpleNamespace:
 def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -> None:
     lint = SlowLint()
     dropped = Counter("dropped", "", registry=CollectorRegistry())
-    live = LiveLint(lint, SimpleNamespace(lint_dropped=dropped), capacity=2)  # type: ignore[arg-type]
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=dropped), Preparing(), capacity=2)  # type: ignore[arg-type]
     live.start()
     try:
         decided = [exchange(f"t{i}") for i in range(5)]
@@ -63,9 +64,45 @@ def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -
 def test_only_chat_requests_with_a_prompt_are_linted() -> None:
     lint = SlowLint()
     lint.go.set()
-    live = LiveLint(lint, SimpleNamespace(lint_dropped=None))  # type: ignore[arg-type]
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=None), Preparing())  # type: ignore[arg-type]
     live.start()
     embeddings = SimpleNamespace(route=SimpleNamespace(kind="embeddings"), prompt=None)
     live.on_decided(embeddings)  # type: ignore[arg-type]
     live.close()
     assert lint.checked == []
+
+
+def test_the_linter_waits_while_requests_are_being_prepared() -> None:
+    """A burst's requests are read, rendered and decided before any of them is linted:
+    the linter's thread would take the interpreter from them half of the time."""
+    lint = SlowLint()
+    lint.go.set()
+    preparing = Preparing()
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=None), preparing)  # type: ignore[arg-type]
+    live.start()
+    try:
+        with preparing.request():
+            with preparing.request():
+                live.on_decided(exchange("t0"))
+            live.on_decided(exchange("t1"))
+            assert not threading.Event().wait(0.3) and lint.checked == []
+        assert preparing.wait_idle(0) and preparing.count == 0
+        for _ in range(500):
+            if len(lint.checked) == 2:
+                break
+            threading.Event().wait(0.01)
+        assert [tenant for _, tenant in lint.checked] == ["t0", "t1"]
+    finally:
+        live.close()
+
+
+def test_closing_lints_what_is_queued_even_while_requests_are_being_prepared() -> None:
+    lint = SlowLint()
+    lint.go.set()
+    preparing = Preparing()
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=None), preparing)  # type: ignore[arg-type]
+    live.start()
+    with preparing.request():   # a request that never finishes preparing
+        live.on_decided(exchange("t0"))
+        live.close()
+    assert [tenant for _, tenant in lint.checked] == ["t0"]
