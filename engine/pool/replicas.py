@@ -414,11 +414,18 @@ class ReplicaPool:
             status, _ = await replica.backend.get("/health")
             if status != 200:
                 raise EngineError(replica.id, f"/health answered {status}")
+            # The engine counted the gateway's requests at some instant while the scrape
+            # was on its way: as many as were in flight when it left, or when its answer
+            # was read, whichever was more. Taking only the later count called the
+            # requests that ended meanwhile (the end of a burst) other clients' load,
+            # and kept the next burst off that replica until the next scrape.
+            inflight_sent = replica.inflight + replica.remote_inflight
             status, body = await replica.backend.get("/metrics")
             if status == 200:
                 before, replica.metrics = (replica.metrics,
                                            parse_vllm_metrics(body.decode("utf-8", "replace")))
-                replica.inflight_at_scrape = replica.inflight + replica.remote_inflight
+                replica.inflight_at_scrape = max(inflight_sent,
+                                                 replica.inflight + replica.remote_inflight)
                 if (replica.metrics.generation_tokens > before.generation_tokens
                         or replica.metrics.prompt_tokens > before.prompt_tokens):
                     # the tokens came some time after the previous scrape
