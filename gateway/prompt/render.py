@@ -62,6 +62,7 @@ from gateway.prompt.bounds import (
     text_bytes,
 )
 from gateway.prompt.conversations import ConversationMemo, Keys, KnownTurn
+from gateway.prompt.in_flight import InFlight
 from gateway.prompt.piece_reuse import Mark, Offsets, PieceKey, PieceReuse, Shifted
 from policies.hashing import chain_seed, extend
 from policies.lru import LRU
@@ -161,6 +162,8 @@ class PromptHasher:
         self.truncated = 0
         """Requests of which routing analysed only the leading part."""
         self._tasks: set[asyncio.Future[int]] = set()
+        self._tokenizing: InFlight[tuple[int, bool, str], tuple[int, ...]] = InFlight()
+        """Long pieces being tokenized in a worker thread now, by piece memo key."""
 
     def memos(self) -> dict[str, LRU[Any, Any]]:
         """Every memo this hasher keeps, by name (for ``prefixgate_memo_*``)."""
@@ -310,9 +313,12 @@ class PromptHasher:
 
     def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
         """The CPU-heavy part; only reads shared state, so it may run in a thread."""
+        return self._tokenize_pieces(plan, plan.missing)
+
+    def _tokenize_pieces(self, plan: Plan, indexes: Sequence[int]) -> list[tuple[int, ...]]:
         return [self._tokenize_piece(plan, (plan.add_special_tokens, plan.pieces[index]),
                                      plan.marks.get(index))
-                for index in plan.missing]
+                for index in indexes]
 
     def _tokenize_piece(self, plan: Plan, key: PieceKey, mark: Mark | None) -> tuple[int, ...]:
         add_special, text = key
@@ -512,10 +518,27 @@ class PromptHasher:
 
     async def tokenize(self, plan: Plan) -> list[tuple[int, ...]]:
         """``tokenize_missing``, in a worker thread when what is left to tokenize is long
-        (the tokenizer releases the GIL on long texts, so the loop runs meanwhile)."""
-        if plan.missing_chars > OFFLOAD_CHARS:
-            return await asyncio.to_thread(self.tokenize_missing, plan)
-        return self.tokenize_missing(plan)
+        (the tokenizer releases the GIL on long texts, so the loop runs meanwhile). A
+        long piece another request is tokenizing already is not tokenized again: this
+        one waits for that result (``gateway.prompt.in_flight``: a burst behind a new
+        long prefix)."""
+        if plan.missing_chars <= OFFLOAD_CHARS:
+            return self.tokenize_missing(plan)
+        keys = [(plan.seed, plan.add_special_tokens, plan.pieces[index])
+                for index in plan.missing]
+        joined = {position: share for position, key in enumerate(keys)
+                  if (share := self._tokenizing.get(key)) is not None}
+        own = [position for position in range(len(keys)) if position not in joined]
+        found: list[tuple[int, ...]] = [()] * len(keys)
+        if own:
+            indexes = [plan.missing[position] for position in own]
+            task = self._tokenizing.start([keys[position] for position in own],
+                                          asyncio.to_thread(self._tokenize_pieces, plan, indexes))
+            for position, ids in zip(own, await asyncio.shield(task)):
+                found[position] = ids
+        for position, share in joined.items():
+            found[position] = await asyncio.shield(share)
+        return found
 
     async def analyse(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
                       session_key: str | None = None, request_id: str = "") -> RouteRequest:

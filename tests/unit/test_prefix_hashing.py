@@ -86,3 +86,43 @@ def test_the_memos_leave_nothing_for_the_garbage_collector_to_walk(qwen: HFRende
         entries = list(memo._data.items())
         assert len(entries) >= 50
         assert not any(gc.is_tracked(key) or gc.is_tracked(value) for key, value in entries)
+
+
+class CountingRenderer:
+    """The real Qwen renderer, counting the characters it tokenizes."""
+
+    def __init__(self, inner: HFRenderer) -> None:
+        self.inner = inner
+        self.tokenized_chars = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def text_token_ids(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        self.tokenized_chars += len(text)
+        return self.inner.text_token_ids(text, add_special_tokens=add_special_tokens)
+
+    def encode_with_offsets(self, text: str) -> object:
+        self.tokenized_chars += len(text)
+        return self.inner.encode_with_offsets(text)
+
+
+async def test_a_burst_behind_a_new_long_prefix_tokenizes_it_once(qwen: HFRenderer) -> None:
+    """100 requests at once behind a system prompt the gateway has never seen: the first
+    tokenizes it, the others wait for that, and every request gets its exact blocks."""
+    import asyncio
+
+    renderer = CountingRenderer(qwen)
+    hasher = PromptHasher(renderer)  # type: ignore[arg-type]
+    system = " ".join(f"rule {i} of the house policy;" for i in range(2000))  # ~56k chars
+    chats = [{"messages": [{"role": "system", "content": system},
+                           {"role": "user", "content": f"question number {i}?"}]}
+             for i in range(100)]
+    renderer.tokenized_chars = 0
+    described = await asyncio.gather(*(hasher.analyse("m", chat, "chat", 16) for chat in chats))
+    assert renderer.tokenized_chars < 3 * len(system)   # not 100 times
+    for chat, result in zip(chats, described):
+        expected = qwen.chat_token_ids(chat)
+        assert result.prompt_tokens == len(expected)
+        assert list(result.block_hashes) == block_hashes(expected, 16, chain_seed("m", None))
+    assert len(hasher._tokenizing) == 0
