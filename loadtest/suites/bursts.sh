@@ -15,7 +15,13 @@
 set -euo pipefail
 OUT="${1:?usage: $0 OUT_DIR [SHAPE ...]}"; shift || true
 PYTHON="${PYTHON:-python}"
-SIMS="--num-blocks 2048 --time-scale 1"
+# SIMS: the replicas' flags. The simulator's default engine (10k prefill tokens/s, 5 ms
+# steps) is so fast that on 2 cores a burst's TTFT is mostly the load generator's and the
+# routers' own CPU; LARGE=1 gives it a large model's pace (about Qwen2.5-72B on 4 GPUs:
+# 3.3k prefill tokens/s, 20 ms steps, 0.5 ms a decoding sequence), where the engine's
+# work dominates as it does in production.
+SIMS="${SIMS:---num-blocks 2048 --time-scale 1}"
+[[ -n "${LARGE:-}" ]] && SIMS="$SIMS --prefill-per-token 0.0003 --step-overhead 0.02 --decode-per-seq 0.0005"
 CONTENDERS="prefixgate:prefix,prefixgate:precise"
 [[ -n "${BASE:-}" ]] && CONTENDERS="$CONTENDERS,prefixgate:prefix?@tree=$BASE"
 CONTENDERS="$CONTENDERS,sglang-router:cache_aware,vllm-router:cache_aware"

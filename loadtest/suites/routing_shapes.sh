@@ -7,12 +7,13 @@
 #
 # Each workload's report lands in OUT_DIR/<workload>/report.md (and .json,
 # plots). Run from the repository root with the project's venv active (or
-# PYTHON=...). About 4-6 minutes a workload on 2 cores.
+# PYTHON=...). About 4-6 minutes a workload on 2 cores. CONTENDERS=... replaces the
+# contenders (e.g. this commit and the one before: prefixgate:prefix?@tree=DIR).
 set -euo pipefail
 OUT="${1:?usage: $0 OUT_DIR [WORKLOAD ...]}"; shift || true
 PYTHON="${PYTHON:-python}"
 TRACE="${MOONCAKE_TRACE:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/data/mooncake}"
-CONTENDERS="prefixgate:prefix,prefixgate:precise,prefixgate:round_robin,sglang-router:cache_aware,vllm-router:cache_aware"
+CONTENDERS="${CONTENDERS:-prefixgate:prefix,prefixgate:precise,prefixgate:round_robin,sglang-router:cache_aware,vllm-router:cache_aware}"
 SHARED="--groups 32 --prompts-per-group 16 --system-len 1024 --question-len 64 --output-len 16 --rate 25"
 
 run() {  # name, replica args, contenders, workload args...
