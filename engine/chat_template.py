@@ -151,7 +151,8 @@ class _Generation(jinja2.ext.Extension):
     """``{% generation %}...{% endgeneration %}``: transformers marks assistant text with it
     (for training masks); rendering a prompt, it is its body."""
 
-    tags: ClassVar[set[str]] = {"generation"}
+    # jinja2 annotates ``tags`` as an instance attribute; it is the class's own set
+    tags: ClassVar[set[str]] = {"generation"}  # type: ignore[misc]
 
     def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
         lineno = next(parser.stream).lineno

@@ -34,7 +34,8 @@ log = logging.getLogger("prefixgate.errors")
 class GatewayError(Exception):
     status = 500
     type = "InternalServerError"
-    code: str | None = None
+    # A string as OpenAI sends; a number where vLLM sends its status (ResponseNotFound).
+    code: str | int | None = None
 
     def __init__(self, message: str, param: str | None = None,
                  headers: dict[str, str] | None = None) -> None:

@@ -271,8 +271,7 @@ class OpenAIClient:
         replica = error = matched = None
         try:
             api = self.api.completions if call.completions else self.api.chat.completions
-            raw = await api.with_raw_response.create(  # type: ignore[call-overload]
-                **body, extra_body=extra)
+            raw = await api.with_raw_response.create(**body, extra_body=extra)
             replica, matched = raw.headers.get(REPLICA_HEADER), matched_of(raw.headers)
             parsed = raw.parse()
             # parse() is a coroutine in some openai releases and returns the stream in others

@@ -21,7 +21,7 @@ exceptions are translated here into ``engine.errors`` types.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
 import aiohttp
 
@@ -156,7 +156,7 @@ class RemoteBackend:
             timer.cancel()
 
     @staticmethod
-    def _closer(response: aiohttp.ClientResponse):  # type: ignore[no-untyped-def]
+    def _closer(response: aiohttp.ClientResponse) -> Callable[[], Awaitable[None]]:
         async def close() -> None:
             # A body read to its end goes back to the pool; otherwise the
             # connection is closed, which tells vLLM to abort the request.

@@ -73,7 +73,7 @@ log = logging.getLogger("prefixgate.server")
 MAX_HEADER_BYTES = 64 * 1024
 """Request line and headers together (vLLM's and nginx's defaults are of this order)."""
 
-GRACEFUL_SHUTDOWN = 5.0
+GRACEFUL_SHUTDOWN = 5
 """Seconds uvicorn waits for connections once the drain is over (streams have ended)."""
 
 _TOO_LARGE = f"the request line and headers are over {MAX_HEADER_BYTES} bytes"
@@ -304,7 +304,10 @@ def server_config(app: Any, settings: Settings, probe_port: int | None = None) -
     return uvicorn.Config(
         app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
         loop="auto", http=protocol_class(limits, probe_port), ws="none",
-        timeout_keep_alive=limits.keep_alive, limit_concurrency=limits.max_connections,
+        # uvicorn annotates whole seconds but hands the value to loop.call_later, which takes
+        # a float: a fractional keep-alive is honoured as it is.
+        timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]
+        limit_concurrency=limits.max_connections,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN)
 
 
