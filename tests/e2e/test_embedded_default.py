@@ -14,6 +14,7 @@ import time
 
 import openai
 import pytest
+from openai.types.chat import ChatCompletionSystemMessageParam
 
 from tests.support.gateway import GatewayProcess
 
@@ -32,8 +33,9 @@ def test_make_run_default_gives_real_answers() -> None:
               f"{time.monotonic() - started:.0f}s")
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0, timeout=120)
         assert [m.id for m in client.models.list()] == ["smollm2"]
-        system = {"role": "system", "content": "You are a concise, helpful assistant. "
-                                               "Answer in one sentence."}
+        system: ChatCompletionSystemMessageParam = {
+            "role": "system",
+            "content": "You are a concise, helpful assistant. Answer in one sentence."}
         reply = client.chat.completions.create(
             model="smollm2", temperature=0, max_tokens=20,
             messages=[system, {"role": "user", "content": "What is the capital of France?"}])

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from engine.vllm.local import LaunchSpec, running_replicas
 from tests.support.gateway import GatewayProcess
@@ -59,8 +60,9 @@ def test_inprocess_replica_serves_like_a_remote_one(mixed_gateway: GatewayProces
     # prefixes over both replicas, the second finds each one cached.
     for _ in range(2):
         for i in range(8):
-            messages = [{"role": "system", "content": f"Tenant {i}. " + SYSTEM},
-                        {"role": "user", "content": "hello"}]
+            messages: list[ChatCompletionMessageParam] = [
+                {"role": "system", "content": f"Tenant {i}. " + SYSTEM},
+                {"role": "user", "content": "hello"}]
             raw = c.chat.completions.with_raw_response.create(model=MODEL, messages=messages,
                                                                max_tokens=3)
             served.setdefault(raw.headers["x-prefixgate-replica"], []).append(raw.parse())
@@ -76,9 +78,9 @@ def test_inprocess_replica_serves_like_a_remote_one(mixed_gateway: GatewayProces
         max_tokens=5, stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
-    assert chunks[-1].usage.completion_tokens == 5
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 5
     done = c.completions.create(model=MODEL, prompt=SYSTEM, max_tokens=3)
-    assert done.usage.completion_tokens == 3
+    assert done.usage is not None and done.usage.completion_tokens == 3
 
     after = {r["id"]: r for r in
              httpx.get(mixed_gateway.url + "/admin/replicas").json()["replicas"]}

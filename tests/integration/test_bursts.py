@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
@@ -41,10 +42,10 @@ class Answer:
     cached: int
 
 
-async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]],
+async def ask(client: openai.AsyncOpenAI, messages: list[ChatCompletionMessageParam],
               max_tokens: int = 8) -> Answer:
     raw = await client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=messages, max_tokens=max_tokens, stream=True,  # type: ignore[arg-type]
+        model=MODEL, messages=messages, max_tokens=max_tokens, stream=True,
         stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
     cached = 0
     async for chunk in raw.parse():
@@ -54,13 +55,14 @@ async def ask(client: openai.AsyncOpenAI, messages: list[dict[str, str]],
                   int(raw.headers["x-prefixgate-matched-tokens"]), cached)
 
 
-def burst_of(prefix: str, size: int, question_words: int = 24) -> list[list[dict[str, str]]]:
+def burst_of(prefix: str, size: int, question_words: int = 24
+             ) -> list[list[ChatCompletionMessageParam]]:
     return [[{"role": "system", "content": prefix},
              {"role": "user", "content": text(f"{prefix[:20]}-{i}", question_words)}]
             for i in range(size)]
 
 
-async def send_at_once(url: str, bursts: list[list[dict[str, str]]],
+async def send_at_once(url: str, bursts: list[list[ChatCompletionMessageParam]],
                        max_tokens: int = 8) -> list[Answer]:
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="x", max_retries=0,
                                 timeout=120)
@@ -169,7 +171,8 @@ def test_conversations_that_share_a_system_prompt_spread() -> None:
 def _conversations(sims: list[SimProcess]) -> tuple[Counter[str], dict[int, set[str]]]:
     gw = GatewayProcess(gateway_settings(sims, policy="prefix")).start()
     system = text("shared-system", 600)
-    histories = [[{"role": "system", "content": system}] for _ in range(12)]
+    histories: list[list[ChatCompletionMessageParam]] = [
+        [{"role": "system", "content": system}] for _ in range(12)]
     served: Counter[str] = Counter()
     homes: dict[int, set[str]] = {user: set() for user in range(12)}
 
@@ -177,7 +180,7 @@ def _conversations(sims: list[SimProcess]) -> tuple[Counter[str], dict[int, set[
         for turn in range(3):
             histories[user].append({"role": "user", "content": text(f"u{user}-{turn}", 60)})
             raw = await client.chat.completions.with_raw_response.create(
-                model=MODEL, messages=histories[user], max_tokens=16)  # type: ignore[arg-type]
+                model=MODEL, messages=histories[user], max_tokens=16)
             replica = raw.headers["x-prefixgate-replica"]
             served[replica] += 1
             if turn:

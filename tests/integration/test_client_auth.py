@@ -8,19 +8,21 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from tests.support.api_keys import write_keys
+from tests.support.api_keys import KeyFileEntry, write_keys
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
-CHAT = [{"role": "user", "content": "Say something."}]
-KEYS = [
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say something."}]
+KEYS: list[KeyFileEntry] = [
     {"key": "sk-user-0001", "tenant": "alpha"},
     {"key": "sk-revoke-01", "tenant": "alpha"},
     {"key": "sk-admin-001", "tenant": "ops", "admin": True},
@@ -54,7 +56,7 @@ def client(gateway: GatewayProcess, key: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=key, max_retries=0)
 
 
-def chat(gateway: GatewayProcess, key: str, **extra: object) -> object:
+def chat(gateway: GatewayProcess, key: str, **extra: Any) -> ChatCompletion:
     return client(gateway, key).chat.completions.create(model=MODEL, messages=CHAT, **extra)
 
 
@@ -136,7 +138,7 @@ def test_requests_per_minute(gateway: GatewayProcess) -> None:
 def test_tokens_per_minute_are_settled_from_usage(gateway: GatewayProcess) -> None:
     # ~2,800 body bytes (700 estimated tokens) + max_tokens 8: passes the 1,000 budget;
     # what it really used (~700 prompt tokens, from usage) leaves too little for a second.
-    long_prompt = [{"role": "user", "content": "word " * 700}]
+    long_prompt: list[ChatCompletionMessageParam] = [{"role": "user", "content": "word " * 700}]
     tpm = client(gateway, "sk-tpm-00001").chat.completions
     first = tpm.create(model=MODEL, messages=long_prompt, max_tokens=8)
     assert first.usage is not None and first.usage.prompt_tokens > 600

@@ -114,8 +114,9 @@ async def test_a_leaving_replica_finishes_its_stream_then_leaves(
         state = app.state.gateway
         pool = state.pool
         assert sorted(r.id for r in pool) == ["sim-127.0.0.2", "sim-127.0.0.3"]
+        # openai annotates httpx2's client only, yet takes httpx's too (it checks for both)
         client = openai.AsyncOpenAI(base_url="http://gw/v1", api_key="x", max_retries=0,
-                                    http_client=http)
+                                    http_client=http)  # type: ignore[arg-type]
 
         async def ask() -> tuple[str, str]:
             raw = await client.chat.completions.with_raw_response.create(

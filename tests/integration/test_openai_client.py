@@ -5,13 +5,14 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.support.gateway import GatewayProcess
 
 from .conftest import MODEL
 
-CHAT = [{"role": "system", "content": "You are terse."},
-        {"role": "user", "content": "Say something."}]
+CHAT: list[ChatCompletionMessageParam] = [{"role": "system", "content": "You are terse."},
+                                          {"role": "user", "content": "Say something."}]
 
 
 @pytest.fixture()

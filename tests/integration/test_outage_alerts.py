@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway import running_gateway
@@ -41,7 +42,7 @@ def selector(name: str, labels: Labels) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
 
 
-def annotations(alert: str, model: str) -> dict[str, str]:
+def alert_annotations(alert: str, model: str) -> dict[str, str]:
     """The alert's annotations as Prometheus renders them for ``model``."""
     groups = yaml.safe_load((PROMETHEUS / "alerts.yml").read_text())["groups"]
     rule = next(r for g in groups for r in g["rules"] if r.get("alert") == alert)
@@ -52,7 +53,7 @@ def test_an_outage_is_counted_and_fires_the_alerts(tmp_path: Path) -> None:
     with running_sims([sim_args(i) for i in range(2)]) as sims, \
             running_gateway(gateway_settings(sims, retry_after_seconds=1)) as gw:
         client = openai.OpenAI(base_url=gw.url + "/v1", api_key="none", max_retries=0)
-        messages = [{"role": "user", "content": "hello"}]
+        messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
         for _ in range(5):
             client.chat.completions.create(model=MODEL, messages=messages, max_tokens=4)
         before = scrape(gw.url)
@@ -87,12 +88,12 @@ def test_an_outage_is_counted_and_fires_the_alerts(tmp_path: Path) -> None:
         inputs.append({"series": selector("prefixgate_healthy_replicas", labels),
                        "values": f"{series(before, 'prefixgate_healthy_replicas')[labels]:g}x10"
                                  f" {value:g}x10"})
-    checks = []
+    checks: list[dict[str, object]] = []
     for alert in ("PrefixgateErrorRatioHigh", "PrefixgateNoHealthyReplica"):
         checks.append({"eval_time": "9m", "alertname": alert, "exp_alerts": []})
         checks.append({"eval_time": "16m", "alertname": alert, "exp_alerts": [
             {"exp_labels": {"severity": "critical", "model": MODEL},
-             "exp_annotations": annotations(alert, MODEL)}]})
+             "exp_annotations": alert_annotations(alert, MODEL)}]})
     case = {"interval": "1m", "input_series": inputs, "alert_rule_test": checks}
     test_file = tmp_path / "outage_test.yml"
     test_file.write_text(yaml.safe_dump({

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.gateway import GatewayProcess
@@ -100,9 +101,10 @@ def test_drift_after_the_template_changes(lint_gateway: GatewayProcess) -> None:
     assert lines and not any(POLICY[:20] in x for x in lines)  # ... nor in the log
 
 
-TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} for the guest",
-                                           "parameters": {"type": "object", "properties": {}}}}
-         for name in ("transfer_funds_to_offshore_account", "read_guest_passport")]
+TOOLS: list[ChatCompletionFunctionToolParam] = [
+    {"type": "function", "function": {"name": name, "description": f"{name} for the guest",
+                                      "parameters": {"type": "object", "properties": {}}}}
+    for name in ("transfer_funds_to_offshore_account", "read_guest_passport")]
 
 
 def test_drift_groups_show_no_tool_names_to_a_caller_who_may_not_read_prompts(

@@ -12,13 +12,14 @@ import re
 import httpx
 import openai
 import pytest
+from openai.types.chat import ChatCompletionUserMessageParam
 
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
 
-DEATH = {"role": "user", "content": "give me a billion answers"}
+DEATH: ChatCompletionUserMessageParam = {"role": "user", "content": "give me a billion answers"}
 
 
 def healthy(gw: GatewayProcess) -> dict[str, bool]:
@@ -48,7 +49,8 @@ def test_a_query_of_death_that_crashes_its_replica_costs_that_replica_only(strea
                     model=MODEL, messages=[DEATH], n=1_000_000_000, max_tokens=4,
                     stream=stream)
                 if stream:
-                    list(answer)  # type: ignore[arg-type]
+                    assert isinstance(answer, openai.Stream)
+                    list(answer)
             assert caught.value.status_code in (502, 504)
             assert "not retried on another replica" in caught.value.message
             wait_until(lambda: list(healthy(gw).values()).count(False) == 1, 15, "one replica out")

@@ -16,6 +16,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import ChatCompletionFunctionToolParam, ChatCompletionMessageParam
 from pydantic import BaseModel, Field
 
 from tests.support.gateway import GatewayProcess
@@ -33,7 +34,7 @@ class City(BaseModel):
     mayor: str | None = None
 
 
-WEATHER_TOOL: dict[str, Any] = {
+WEATHER_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -47,7 +48,7 @@ WEATHER_TOOL: dict[str, Any] = {
         },
     },
 }
-TIME_TOOL: dict[str, Any] = {
+TIME_TOOL: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {"name": "get_time", "description": "The time in a timezone.",
                  "parameters": {"type": "object",
@@ -71,7 +72,7 @@ def client(gateway: GatewayProcess) -> Iterator[openai.OpenAI]:
         yield api
 
 
-def ask(content: str) -> list[Any]:
+def ask(content: str) -> list[ChatCompletionMessageParam]:
     return [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": content}]
 
@@ -127,7 +128,7 @@ def test_streamed_json_joins_into_the_schema(client: openai.OpenAI) -> None:
 # -- tool calls -----------------------------------------------------------------------
 
 
-def _arguments_valid(call: Any, tool: dict[str, Any]) -> dict[str, Any]:
+def _arguments_valid(call: Any, tool: ChatCompletionFunctionToolParam) -> dict[str, Any]:
     arguments = json.loads(call.function.arguments)
     jsonschema.validate(arguments, tool["function"]["parameters"])
     return arguments

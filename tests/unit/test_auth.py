@@ -24,14 +24,14 @@ from gateway.auth.keys import (
 from gateway.config import load_settings
 from gateway.errors import RateLimited, Unauthenticated
 from gateway.server.app import create_app
-from tests.support.api_keys import write_keys
+from tests.support.api_keys import KeyFileEntry, write_keys
 from tests.support.waiting import eventually_async
 
 from .fake_replica import FakeReplica
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello " * 40}]}
 SECRET = "test-salt-secret"
-KEYS = [
+KEYS: list[KeyFileEntry] = [
     {"key": "sk-alpha-0001", "tenant": "alpha"},
     {"key_sha256": hashlib.sha256(b"sk-beta-00002").hexdigest(), "tenant": "beta"},
     {"key": "sk-admin-0003", "tenant": "ops", "admin": True},
@@ -189,7 +189,7 @@ async def test_each_tenant_is_forwarded_with_its_own_salt(tmp_path: Path) -> Non
 
 async def test_only_generating_routes_get_a_salt_and_a_token_charge(tmp_path: Path) -> None:
     replica = FakeReplica("r")
-    keys = [*KEYS, {"key": "sk-tokens-001", "tenant": "alpha", "tokens_per_minute": 100}]
+    keys: list[KeyFileEntry] = [*KEYS, {"key": "sk-tokens-001", "tenant": "alpha", "tokens_per_minute": 100}]
     async with gateway(replica, write_keys(tmp_path / "k.yaml", keys)) as client:
         embedded = await client.post("/v1/embeddings", json={"model": "m", "input": "hello"},
                                      headers=bearer("sk-tokens-001"))
@@ -270,7 +270,7 @@ async def test_without_keys_the_gateway_is_open_and_forwards_as_before() -> None
 
 async def test_tokens_are_charged_up_front_and_settled_from_usage(tmp_path: Path) -> None:
     # ~80 body bytes / 4 + max_tokens 700: about 760 charged, 8 used (the fake's usage).
-    keys = [{"key": "sk-tokens-001", "tenant": "t", "tokens_per_minute": 1000}]
+    keys: list[KeyFileEntry] = [{"key": "sk-tokens-001", "tenant": "t", "tokens_per_minute": 1000}]
     body = {**CHAT, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 700}
     async with gateway(FakeReplica("r"), write_keys(tmp_path / "k.yaml", keys)) as client:
         for _ in range(3):  # without the correction the second would be refused
