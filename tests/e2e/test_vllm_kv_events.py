@@ -8,7 +8,7 @@ without it every test here is skipped with the reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -54,7 +54,7 @@ class Events:
     def of(self, kind: type) -> list:
         return [e for b in self.batches for e in b.events if isinstance(e, kind)]
 
-    async def wait_until(self, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 30.0) -> None:
         async def poll() -> None:
             while not predicate():
                 self.arrived.clear()

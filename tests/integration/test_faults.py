@@ -19,7 +19,7 @@ import select
 import signal
 import socket
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -105,7 +105,7 @@ def fault_gateway(three_paced_sims: list[SimProcess]) -> Iterator[GatewayProcess
         gw.stop()
 
 
-async def streams_through_a_fault(gw: GatewayProcess, fault,  # type: ignore[no-untyped-def]
+async def streams_through_a_fault(gw: GatewayProcess, fault: Callable[[], None],
                                   victim: SimProcess) -> Counter[str]:
     client = client_of(gw)
     started: list[int] = []

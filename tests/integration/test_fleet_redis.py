@@ -15,7 +15,7 @@ import contextlib
 import random
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -66,6 +66,11 @@ def gauge(gw: GatewayProcess, name: str) -> float:
         if series in (name, name + "_total"):
             return float(value)
     raise AssertionError(f"{name} not in {gw.url}/metrics")
+
+
+def redis_up_is(gw: GatewayProcess, value: int) -> Callable[[], bool]:
+    """A check that ``gw`` reports ``prefixgate_redis_up`` as ``value``."""
+    return lambda: gauge(gw, "prefixgate_redis_up") == value
 
 
 class Conversation:
@@ -122,7 +127,8 @@ def test_a_restarted_instance_starts_from_the_shared_snapshot(
 
         def snapshot_covers_them() -> bool:
             raw = store.get(key_prefix + "snapshot")
-            return raw is not None and decode_snapshot(raw).written_at > done
+            # bytes: the client does not decode what it reads
+            return isinstance(raw, bytes) and decode_snapshot(raw).written_at > done
 
         wait_until(snapshot_covers_them, 30, "a snapshot written after the first turns")
     finally:
@@ -212,7 +218,7 @@ def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
             conversations = [Conversation(seed) for seed in range(200, 208)]
             failures, after_kill = asyncio.run(load_killing(server, [a, b], conversations, 5))
             for gw in (a, b):
-                wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 0, 30,
+                wait_until(redis_up_is(gw, 0), 30,
                            "prefixgate_redis_up 0 without Redis")
                 ready = httpx.get(gw.url + "/ready", timeout=5)
                 assert ready.status_code == 200  # Redis is optional: still ready
@@ -223,7 +229,7 @@ def test_redis_dying_mid_load_fails_no_request_and_sharing_resumes(
             assert failures == [] and after_kill >= len(conversations)
             server.start()
             for gw in (a, b):
-                wait_until(lambda gw=gw: gauge(gw, "prefixgate_redis_up") == 1, 60,
+                wait_until(redis_up_is(gw, 1), 60,
                            "prefixgate_redis_up 1 once Redis is back")
                 assert httpx.get(gw.url + "/ready", timeout=5).json()["redis"]["up"] is True
             applied = gauge(b, "prefixgate_redis_applied_entries")

@@ -138,7 +138,7 @@ def test_precise_learns_from_kv_events_not_only_its_own_routing(four_sims) -> No
         assert httpx.post(sim.base_url + "/reset_prefix_cache").status_code == 200
     settings = gateway_settings(four_sims, policy="precise")
     for replica, sim in zip(settings["replicas"], four_sims):
-        pub, replay = sim.kv_ports  # type: ignore[attr-defined]
+        pub, replay = sim.kv_ports
         replica["kv_events"] = {"endpoint": f"tcp://127.0.0.1:{pub}",
                                 "replay_endpoint": f"tcp://127.0.0.1:{replay}"}
     gw = GatewayProcess(settings)

@@ -55,7 +55,7 @@ def gateway() -> Iterator[GatewayProcess]:
 
 @pytest.fixture(scope="module")
 def llm(gateway: GatewayProcess) -> ChatOpenAI:
-    return ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key="unused",  # type: ignore[arg-type]
+    return ChatOpenAI(model=MODEL, base_url=gateway.url + "/v1", api_key="unused",
                       max_retries=0, max_tokens=300)
 
 

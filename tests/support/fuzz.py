@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 JSON = dict[str, Any]
 
-_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
 _KEYS = st.sampled_from(["model", "messages", "prompt", "stream", "user", "cache_salt", "n",
                          "tools", "role", "content", "chat_template", "chat_template_kwargs",
                          "max_tokens", "extra", "input", "instructions", "x"]) | _TEXT
@@ -99,9 +99,11 @@ def mutated(draw: st.DrawFn, fitting: st.SearchStrategy[JSON]) -> JSON:
     """A fitting body with a few values (at any depth) replaced by hostile ones."""
     body = draw(fitting)
     for _ in range(draw(st.integers(0, 3))):
-        target = body
+        target: dict[str, Any] | list[Any] = body
         while True:
-            keys = list(target) if isinstance(target, dict) else list(range(len(target)))
+            # a dict's names or a list's indices: each fits its own container
+            keys: list[Any] = (list(target) if isinstance(target, dict)
+                               else list(range(len(target))))
             if not keys:
                 break
             key = draw(st.sampled_from(keys))

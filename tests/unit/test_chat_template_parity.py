@@ -190,7 +190,8 @@ def test_continuing_a_final_message_leaves_the_callers_parts_as_sent() -> None:
     from engine.chat_template import ChatTemplates
 
     parts = [{"type": "text", "text": "Once upon"}]
-    chat = [{"role": "user", "content": "tell"}, {"role": "assistant", "content": parts}]
+    chat: list[dict[str, Any]] = [{"role": "user", "content": "tell"},
+                                  {"role": "assistant", "content": parts}]
     text = ("{% for m in messages %}<{{ m['role'] }}>{% for p in m['content'] %}"
             "{{ p['text'] if p is mapping else p }}{% endfor %}</{{ m['role'] }}>{% endfor %}")
     rendered = ChatTemplates().render(text, chat, tools=None, add_generation_prompt=False,

@@ -42,7 +42,7 @@ def requests(draw: st.DrawFn) -> list[tuple[str, dict[str, Any]]]:
     body: dict[str, Any]
     if shape == "chat":
         turns = draw(st.lists(text, min_size=1, max_size=5))
-        messages = [{"role": "system", "content": draw(text)}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": draw(text)}]
         messages += [{"role": ("user", "assistant")[i % 2], "content": t}
                      for i, t in enumerate(turns)]
         if messages[-1]["role"] == "assistant":
@@ -58,8 +58,8 @@ def requests(draw: st.DrawFn) -> list[tuple[str, dict[str, Any]]]:
                               + "Question: " + draw(text)}]}
     elif shape == "agent":
         calls = draw(st.integers(1, 3))
-        messages: list[dict[str, Any]] = [{"role": "system", "content": FRAGMENTS[0] * 5},
-                                          {"role": "user", "content": draw(text)}]
+        messages = [{"role": "system", "content": FRAGMENTS[0] * 5},
+                    {"role": "user", "content": draw(text)}]
         for n in range(calls):
             messages.append({"role": "assistant", "content": "", "tool_calls": [{
                 "id": f"c{n}", "type": "function",

@@ -7,7 +7,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
+from starlette.requests import Request
 
+from gateway.request.exchange import Exchange, Route
 from gateway.request.preparing import Preparing
 from gateway.server.live_lint import LiveLint
 
@@ -30,9 +32,11 @@ class SlowLint:
         return 2
 
 
-def exchange(tenant: str) -> SimpleNamespace:
-    return SimpleNamespace(route=SimpleNamespace(kind="chat"), prompt=("chat", {}), model="m",
-                           as_sent={"messages": []}, tenant=tenant, lint_warnings=None)
+def exchange(tenant: str, kind: str = "chat") -> Exchange:
+    """A decided request as the linter is handed it (a chat one has a prompt)."""
+    return Exchange(client=Request({"type": "http"}), route=Route(kind=kind, path="/v1/" + kind),
+                    prompt=("chat", {}) if kind == "chat" else None, model="m",
+                    data={"messages": []}, tenant=tenant)
 
 
 def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -> None:
@@ -66,8 +70,7 @@ def test_only_chat_requests_with_a_prompt_are_linted() -> None:
     lint.go.set()
     live = LiveLint(lint, SimpleNamespace(lint_dropped=None), Preparing())  # type: ignore[arg-type]
     live.start()
-    embeddings = SimpleNamespace(route=SimpleNamespace(kind="embeddings"), prompt=None)
-    live.on_decided(embeddings)  # type: ignore[arg-type]
+    live.on_decided(exchange("t0", kind="embeddings"))
     live.close()
     assert lint.checked == []
 

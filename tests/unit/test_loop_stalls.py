@@ -32,7 +32,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         loop = self
 
         class Selector(selectors.DefaultSelector):
-            def select(self, timeout: float | None = None) -> list:  # type: ignore[override]
+            def select(self, timeout: float | None = None
+                       ) -> list[tuple[selectors.SelectorKey, int]]:
                 if timeout is not None and timeout > 0:
                     loop.now += timeout
                 return super().select(0)

@@ -84,7 +84,7 @@ class CharRenderer:
 
 def test_a_tokenizer_that_marks_every_start_is_never_reused() -> None:
     renderer = CharRenderer(prepend=True)
-    hasher = PromptHasher(renderer)  # type: ignore[arg-type]
+    hasher = PromptHasher(renderer)
     text = "a b\n" * 600
     for extra in ("", " c d", " c d e f"):
         routed = hasher.describe("m", {"prompt": text + extra}, "completions", 16)
@@ -96,7 +96,7 @@ def test_a_tokenizer_that_marks_every_start_is_never_reused() -> None:
 
 def test_the_audit_switches_reuse_off_on_a_mismatch() -> None:
     renderer = CharRenderer(loud_tail=True)
-    hasher = PromptHasher(renderer)  # type: ignore[arg-type]
+    hasher = PromptHasher(renderer)
     text = "a b\n" * 600
     hasher.describe("m", {"prompt": text}, "completions", 16)
     hasher.run_pending()

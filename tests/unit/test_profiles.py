@@ -49,7 +49,9 @@ def test_the_three_profiles_carry_the_guides_flags() -> None:
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
 def test_kv_events_published_where_the_gateway_subscribes(profile) -> None:
-    config = json.loads(flags(profile.serve_args())["--kv-events-config"])
+    events_config = flags(profile.serve_args())["--kv-events-config"]
+    assert isinstance(events_config, str)  # a flag with a value, not a switch
+    config = json.loads(events_config)
     assert config == {"enable_kv_cache_events": True, "publisher": "zmq",
                       "endpoint": f"tcp://*:{KV_EVENTS_PORT}",
                       "replay_endpoint": f"tcp://*:{KV_REPLAY_PORT}", "topic": "kv"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from engine.tokenizer import ByteRenderer, HFRenderer
@@ -94,13 +96,15 @@ def test_deep_nesting_routes_by_load(renderer: str, qwen: HFRenderer) -> None:
 
 async def test_odd_types_never_raise() -> None:
     hasher = PromptHasher(ByteRenderer())
-    bodies = [{"messages": "x"}, {"messages": [1, 2]}, {"messages": [{"role": 1}]},
-              {"messages": [{"role": "user", "content": 5}]}, {"messages": []},
-              chat("x", cache_salt=5), chat("x", chat_template_kwargs=[1]),
-              chat("\ud800 lone surrogate"), chat("x", tools="t")]
+    bodies: list[dict[str, Any]] = [
+        {"messages": "x"}, {"messages": [1, 2]}, {"messages": [{"role": 1}]},
+        {"messages": [{"role": "user", "content": 5}]}, {"messages": []},
+        chat("x", cache_salt=5), chat("x", chat_template_kwargs=[1]),
+        chat("\ud800 lone surrogate"), chat("x", tools="t")]
     for body in bodies:
         await hasher.analyse("m", body, "chat", BLOCK)
-    for prompt in [None, 5, {"a": 1}, [], [[]], ["x", 1]]:
+    prompts: list[object] = [None, 5, {"a": 1}, [], [[]], ["x", 1]]
+    for prompt in prompts:
         await hasher.analyse("m", {"prompt": prompt}, "completions", BLOCK)
     assert hasher.fallbacks["render"] >= 5
 

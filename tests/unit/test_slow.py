@@ -8,9 +8,9 @@ import statistics
 from engine.pool.slow import SlowDetector, SlowSettings
 
 
-def detector(**options: float) -> SlowDetector:
-    return SlowDetector(SlowSettings(**{"factor": 3.0, "window": 40, "min_samples": 10,
-                                        "min_ttft": 0.1, **options}))
+def detector(enabled: bool = True, window: int = 40) -> SlowDetector:
+    return SlowDetector(SlowSettings(enabled=enabled, factor=3.0, window=window, min_samples=10,
+                                     min_ttft=0.1))
 
 
 def healthy_ttft(work: float, per_token: float = 1e-4, overhead: float = 0.02) -> float:

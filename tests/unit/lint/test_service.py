@@ -80,7 +80,7 @@ def test_agents_sharing_a_key_are_learned_as_separate_templates(service: LintSer
     # each with a date that never changes, interleaved in bursts.
     booking, support = POLICY + "Prices valid from 2026-12-01.", SUPPORT + "Policy of 2026-12-01."
     order = [booking] * 3 + [support] * 2 + [booking, support] * 4 + [support] * 3 + [booking] * 2
-    counts = {booking: [], support: []}
+    counts: dict[str, list[int]] = {booking: [], support: []}
     for system in order:
         counts[system].append(service.check_now("qwen", chat(system), "sk-shared"))
     # Each agent's date is learned to be stable in its own template ...
