@@ -35,5 +35,6 @@ docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: setup
-	$(VENV)/bin/ruff check gateway engine policies loadtest tests
+	$(VENV)/bin/ruff check gateway engine policies loadtest tests docs/hooks
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports

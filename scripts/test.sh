@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: static checks, unit, integration (sim replicas, real
-# Redis, the official openai client), then the real-engine and browser stages
-# once their setups are present.
+# The whole test suite: static checks (ruff, mypy, the import rules), unit,
+# integration (sim replicas, real Redis, the official openai client), then the
+# real-engine and browser stages once their setups are present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -10,6 +10,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 echo "== ruff (the lint rules of pyproject.toml)"
 "$VENV/bin/ruff" check gateway engine policies loadtest tests docs/hooks
+echo "== mypy (the whole tree, pyproject's [tool.mypy])"
+"$VENV/bin/mypy"
 echo "== import rules"
 "$VENV/bin/lint-imports"
 echo "== docs (strict: a broken link, anchor or page left out of the nav fails)"
