@@ -4,7 +4,6 @@
 
     cost(r) = running(r) * (running_request_seconds
                             + output_tokens * decode_seconds_per_sequence)
-            + pending_requests(r) * output_tokens * decode_seconds_per_sequence
             + waiting(r) * waiting_request_seconds
             + (pending_prefill(r) + uncached_tokens(r)) * prefill_seconds_per_token
             + kv_pressure(r) * kv_pressure_seconds
@@ -15,13 +14,7 @@ what the replica's other running requests add to its decode. The second
 term is what keeps a crowd off one replica once it holds a prefix: each
 running request makes every decode step a little longer
 (``decode_seconds_per_sequence``), so an answer of ``output_tokens`` tokens
-takes that much longer there per running request. The gateway's own pending
-requests there (sent, prefill not confirmed) count for the decode as well:
-they will be decoding beside this one. Counting only the confirmed ones let a
-burst behind a short new prefix skip a replica altogether (34/33/33/0): the
-queued prefill drains by the clock, each request joined the replicas already
-computing the prefix, and the bound (1.5 x the mean) let three of four take
-it all (docs/benchmarks/bursts.md). ``output_tokens`` is the
+takes that much longer there per running request. ``output_tokens`` is the
 request's own limit (``max_tokens``, ``max_completion_tokens``,
 ``max_output_tokens``) up to ``max_expected_output_tokens``, or
 ``expected_output_tokens`` when it sets none. Without it, side by side on
@@ -130,12 +123,6 @@ class CostConfig:
         if not 0.0 <= self.kv_pressure_threshold < 1.0:
             raise ValueError("kv_pressure_threshold must be in [0, 1)")
 
-    def pending_seconds(self, request: RouteRequest) -> float:
-        """What one more of the gateway's pending requests on a replica adds to this
-        request's latency: its share of each decode step of this request's answer (its
-        prefill is priced as the replica's pending prefill)."""
-        return self.running_seconds(request) - self.running_request_seconds
-
     def running_seconds(self, request: RouteRequest) -> float:
         """What one more running request on a replica adds to this request's latency:
         to its first token, and to each of its answer's decode steps."""
@@ -155,8 +142,7 @@ def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequ
         * config.prefill_seconds_per_token
     waiting = max(0, replica.waiting - replica.pending_requests)
     running = max(0, replica.load - replica.pending_requests - waiting)
-    queue = running * config.running_seconds(request) + waiting * config.waiting_request_seconds \
-        + replica.pending_requests * config.pending_seconds(request)
+    queue = running * config.running_seconds(request) + waiting * config.waiting_request_seconds
     headroom = 1.0 - config.kv_pressure_threshold
     pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
     return queue + prefill + pressure * config.kv_pressure_seconds
@@ -176,7 +162,6 @@ class CostScorer:
         prompt_tokens = prompt_token_count(request)
         block_size, per_token = request.block_size, config.prefill_seconds_per_token
         per_running, per_waiting = config.running_seconds(request), config.waiting_request_seconds
-        per_pending = config.pending_seconds(request)
         threshold, pressure_seconds = config.kv_pressure_threshold, config.kv_pressure_seconds
         headroom = 1.0 - threshold
         base: dict[str, float] = {}
@@ -194,7 +179,7 @@ class CostScorer:
             running = load - pending - waiting
             if running < 0:  # noqa: PLR1730
                 running = 0
-            cost = running * per_running + waiting * per_waiting + pending * per_pending \
+            cost = running * per_running + waiting * per_waiting \
                 + (replica.pending_prefill_tokens + prompt_tokens - cached) * per_token
             if replica.kv_usage > threshold:
                 cost += min(1.0, (replica.kv_usage - threshold) / headroom) * pressure_seconds

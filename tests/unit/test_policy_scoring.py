@@ -171,26 +171,3 @@ def test_the_cost_ranking_scores_are_the_estimated_ttft(
             estimated_ttft(view, matched[view.id], request, config), abs=1e-12)
     ordered = sorted(replicas, key=lambda r: decision.scores[r.id])
     assert decision.scores[decision.replica_id] == decision.scores[ordered[0].id]
-
-
-def test_a_burst_behind_a_short_prefix_is_not_kept_off_an_idle_replica() -> None:
-    """What the pool showed live, mid-burst behind a new 512-token prefix: three replicas
-    computing it, with the gateway's requests queued there (their prefill draining by the
-    clock) and one idle replica. Each queued request will decode beside this one, so a
-    fourth prefill of 512 tokens is cheaper than an eighth request in a queue; pricing
-    only their prefill sent every request of the burst to the three (34/33/33/0)."""
-    request = RouteRequest(model="m", block_hashes=tuple(range(34)), prompt_tokens=544,
-                           block_size=16, output_tokens=64)
-    busy = [replica(rid, inflight=8, waiting=8, pending_requests=8, pending_prefill_tokens=400)
-            for rid in ("a", "b", "c")]
-    idle = replica("d")
-    decision = decide(request, [*busy, idle], {"a": 32, "b": 32, "c": 32, "d": 0}, None, {}, 0)
-    assert decision.replica_id == "d"
-    # behind a 4,096-token prefix joining a short queue still wins: no spread for its own sake
-    one = [replica(rid, inflight=1, waiting=1, pending_requests=1, pending_prefill_tokens=100)
-           for rid in ("a", "b", "c")]
-    long_prefix = dataclasses.replace(request, block_hashes=tuple(range(260)),
-                                      prompt_tokens=4160)
-    decision = decide(long_prefix, [*one, idle], {"a": 256, "b": 256, "c": 256, "d": 0},
-                      None, {}, 0)
-    assert decision.replica_id != "d"
