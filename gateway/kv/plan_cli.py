@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gateway.kv.model import ModelShape, PlanError
-from gateway.kv.plan import GIB, Plan, PlanInput, plan
+from gateway.kv.plan import GIB, KvPlan, PlanInput, plan
 
 COMPARED = ("auto", "fp8", "int8")
 
@@ -104,7 +104,7 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-def render(p: Plan, name: str) -> str:
+def render(p: KvPlan, name: str) -> str:
     """The human report: every step with the numbers that went into it."""
     s, i, c = p.shape, p.inputs, p.params
     tp = i.tensor_parallel_size
@@ -170,7 +170,7 @@ def render(p: Plan, name: str) -> str:
     return "\n".join(lines)
 
 
-def render_compare(plans: Sequence[Plan], name: str) -> str:
+def render_compare(plans: Sequence[KvPlan], name: str) -> str:
     head = f"prefixgate plan: {name}: tensor parallel {plans[0].inputs.tensor_parallel_size}"
     rows = [head, "",
             (f"{'kv dtype':<20} {'B/token/GPU':>12} {'B/token':>10} {'KV GiB/GPU':>11} "

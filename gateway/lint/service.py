@@ -93,7 +93,7 @@ class LintService:
         self.limits = limits = limits or LintLimits()
         self.detector = Detector()
         self.fields = FieldLinter(self.detector)
-        self.probe = ClockProbe()
+        self.clock_probe = ClockProbe()
         self.atomizer = Atomizer()
         self.groups = GroupTable(self.atomizer, drift or DriftSettings(), limits.max_groups,
                                  limits.max_prefix_chars)
@@ -125,7 +125,7 @@ class LintService:
         folder = self.folder(model)
         encoder = HFEncoder(folder) if folder else ByteEncoder()
         linter = Linter(model, self.hashers.get(model).renderer, TokenMap(encoder),
-                        self.template(model), self.detector, self.probe, self.clock)
+                        self.template(model), self.detector, self.clock_probe, self.clock)
         with self._lock:
             return self._linters.setdefault(model, linter)
 
@@ -278,7 +278,7 @@ class LintService:
         key = (model, xxhash.xxh3_64_intdigest(kwargs))
         known = self._clock_memo.get(key)
         if known is None:
-            known = self.probe.fills_clock(self.template(model), body)
+            known = self.clock_probe.fills_clock(self.template(model), body)
             if len(self._clock_memo) < 1024:
                 self._clock_memo[key] = known
         return known

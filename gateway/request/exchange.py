@@ -6,7 +6,7 @@ request moves through the gateway, in this order::
     read      raw body (size-limited)                          api.read_body
     parse     JSON, edge validation, model, ids, forward body  Exchange.parse
     describe  the prompt's KV blocks (RouteRequest)             GatewayState.describe
-    decide    the policy's Decision                            Router.decide
+    decide    the policy's Decision                            Decider.decide
     forward   lease, send, failover, relay (Outcome)           Proxy.forward
     record    metrics, policy learning, access log             GatewayState.record
 

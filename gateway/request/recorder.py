@@ -4,8 +4,8 @@
 and acts once, when it is complete (its last byte sent, or it failed): the
 per-replica counters and histograms of ``gateway.ops.metrics`` (which the ops
 view reads too: ``gateway.ops.stats``), and, when the access log is on, one
-JSON line without prompt text. (What the policy learns is the router's:
-``gateway.request.routing``.)
+JSON line without prompt text. (What the policy learns is the decider's:
+``gateway.request.decider``.)
 
 ``count_responses`` wraps the whole app: every answer that no exchange
 recorded — the gateway's own errors (400, 404, 413, 502, 503, ...), refusals

@@ -18,20 +18,20 @@ from engine.pool.replicas import ReplicaPool
 from gateway.config import Settings
 from gateway.ops.metrics import GatewayMetrics
 from gateway.prompt.hashers import HasherSet
+from gateway.request.decider import Decider
 from gateway.request.exchange import Exchange
 from gateway.request.preparing import Preparing
 from gateway.request.proxy import Proxy
-from gateway.request.routing import Router
 from policies.types import RouteRequest
 
 
 class GatewayState:
-    def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
+    def __init__(self, settings: Settings, pool: ReplicaPool, decider: Decider, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
                  preparing: Preparing | None = None) -> None:
         self.settings = settings
         self.pool = pool
-        self.router = router
+        self.decider = decider
         self.proxy = proxy
         self.metrics = metrics
         self.started_at = time.time()
@@ -61,9 +61,9 @@ class GatewayState:
         """
         model, (kind, body) = exchange.model, exchange.prompt or ("", {})
         session_key, request_id = exchange.session_key, exchange.request_id
-        block_size = self.router.block_size(model)
+        block_size = self.decider.block_size(model)
         output = exchange.fields.max_tokens
-        if not self.router.policy.uses_prefix or exchange.prompt is None:
+        if not self.decider.policy.uses_prefix or exchange.prompt is None:
             return RouteRequest(model, (), 0, block_size, session_key, request_id, output)
         described = await self.hashers.get(model).analyse(model, body, kind, block_size,
                                                           session_key, request_id)

@@ -34,7 +34,7 @@ from gateway.lint.ops import dashboard_feeds
 from gateway.lint.service import LintLimits, LintService
 from gateway.lint.suggest import SUGGESTIONS
 from gateway.ops.breaker_metrics import BreakerCollector
-from gateway.ops.loop_lag import GcPauses, LoopLagProbe
+from gateway.ops.loop_lag import GcPauses, LoopLagMeter
 from gateway.ops.memo_metrics import MemoCollector
 from gateway.ops.metrics import GatewayMetrics, HasherCollector
 from gateway.ops.routes import build_ops_router
@@ -47,6 +47,7 @@ from gateway.replicas.inprocess import start_inprocess
 from gateway.replicas.kv_feed import KVFeed
 from gateway.replicas.sources import TransportFactory, build_discovery, follow_events, make_backend
 from gateway.replicas.watch import ReplicaWatch
+from gateway.request.decider import Decider
 from gateway.request.dispatch import Dispatcher
 from gateway.request.drain import Drain
 from gateway.request.lifecycle import Lifecycle, RequestObserver
@@ -54,7 +55,6 @@ from gateway.request.preparing import Preparing
 from gateway.request.proxy import Proxy
 from gateway.request.recorder import Recorder, ResponseCounter
 from gateway.request.response_homes import ResponseHomes
-from gateway.request.routing import Router
 from gateway.request.state import GatewayState
 from gateway.request.streaming import RAW_SEND
 from gateway.server.lint_routes import build_lint_router
@@ -158,14 +158,14 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         fleet = fleet_of(settings, pool, policy)
         metrics = GatewayMetrics(pool, extra=[HasherCollector(hashers), BreakerCollector(pool),
                                               MemoCollector(hashers, lambda: {
-                                                  "compiled_templates": lint.probe.compiled}),
+                                                  "compiled_templates": lint.clock_probe.compiled}),
                                               *(keys.metrics.collectors() if keys else []),
                                               *fleet_collectors(fleet)])
-        router = Router(pool, policy, metrics, retry_after=settings.retry_after_seconds)
+        router = Decider(pool, policy, metrics, retry_after=settings.retry_after_seconds)
         lint = LintService(hashers, settings.models, metrics,
                            limits=LintLimits(learn=settings.lint.learn,
                                              text_samples=settings.lint.text_samples))
-        lint.probe.compiled.resize(settings.limits.compiled_templates,
+        lint.clock_probe.compiled.resize(settings.limits.compiled_templates,
                                    settings.limits.compiled_template_bytes)
         homes = ResponseHomes()
         observers: list[RequestObserver] = [router, homes, Recorder(metrics, policy.name)]
@@ -212,8 +212,8 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
         pool.add_listener(new_models)
         metrics.start_at_zero(SUGGESTIONS if settings.lint.enabled else ())
         ops_sampler.start()
-        lag_probe = LoopLagProbe(metrics.loop_lag_seconds)
-        lag_probe.start()
+        lag_meter = LoopLagMeter(metrics.loop_lag_seconds)
+        lag_meter.start()
         if live_lint is not None:
             live_lint.start()
         gc_pauses = GcPauses(metrics.gc_pause_seconds)
@@ -254,7 +254,7 @@ def create_app(settings: Settings, transport: TransportFactory | None = None,
             await kv_feed.aclose()
             if fleet is not None:
                 await fleet.aclose()
-            await lag_probe.aclose()
+            await lag_meter.aclose()
             if live_lint is not None:
                 await asyncio.to_thread(live_lint.close)
             gc_pauses.stop()

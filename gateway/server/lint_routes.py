@@ -98,7 +98,7 @@ def build_lint_router(state: GatewayState, service: LintService,
             validate(ChatBody, data)
             items = [data]
             model = lint_model(state, data.get("model"))
-        block_size = state.router.block_size(model)
+        block_size = state.decider.block_size(model)
         try:
             if batch:
                 report: Any = await asyncio.to_thread(service.lint_batch, model, items, block_size)

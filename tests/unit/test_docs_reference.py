@@ -127,7 +127,7 @@ async def registered(tmp_path: Path) -> dict[str, str]:
         state = app.state.gateway
         # The Redis collector, as create_app registers it with redis_url set (built, never
         # connected: reading its counters needs no Redis).
-        fleet = FleetSync("redis://127.0.0.1:1/0", "docs-check:", state.pool, state.router.policy)
+        fleet = FleetSync("redis://127.0.0.1:1/0", "docs-check:", state.pool, state.decider.policy)
         for family in [*state.metrics.registry.collect(), *FleetCollector(fleet).collect()]:
             out[_exposed(family.name, family.type)] = family.type
     return out
