@@ -79,6 +79,9 @@ class LintLimits:
     text_samples: bool = False
     """Keep the text of drifted and varying spans for admin callers (off: lengths and
     hashes only)."""
+    compiled_templates: int = 64
+    compiled_template_bytes: int = 32 << 20
+    """The clock probe's compiled chat templates, at most (entries, estimated bytes)."""
 
 
 class LintService:
@@ -93,7 +96,7 @@ class LintService:
         self.limits = limits = limits or LintLimits()
         self.detector = Detector()
         self.fields = FieldLinter(self.detector)
-        self.clock_probe = ClockProbe()
+        self.clock_probe = ClockProbe(limits.compiled_templates, limits.compiled_template_bytes)
         self.atomizer = Atomizer()
         self.groups = GroupTable(self.atomizer, drift or DriftSettings(), limits.max_groups,
                                  limits.max_prefix_chars)
@@ -108,6 +111,10 @@ class LintService:
         self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
         self._lock = threading.Lock()
         self._sample_key = secrets.token_bytes(16)
+
+    def memos(self) -> dict[str, LRU[Any, Any]]:
+        """The linter's memos whose size ``/metrics`` reports (``gateway.ops.memo_metrics``)."""
+        return {"compiled_templates": self.clock_probe.compiled}
 
     # -- the endpoint ------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ _FAST_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0
 
 
 class GatewayMetrics:
-    def __init__(self, pool: ReplicaPool, extra: Iterable[Collector] = ()) -> None:
+    def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -134,8 +134,11 @@ class GatewayMetrics:
         self.block_table_info.labels(block_table_backend()).set(1)
         self.pool = pool
         r.register(PoolCollector(pool))
-        for collector in extra:
-            r.register(collector)
+
+    def register(self, *collectors: Collector) -> None:
+        """Series read from other parts at scrape time (``gateway.server.parts``)."""
+        for collector in collectors:
+            self.registry.register(collector)
 
     def start_at_zero(self, lint_kinds: Iterable[str] = ()) -> None:
         """Give every counter a sample at 0 for the label values known at start-up.

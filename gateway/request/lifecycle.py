@@ -88,6 +88,7 @@ class Lifecycle:
             observer.on_decided(exchange)
 
     def complete(self, exchange: Exchange) -> None:
+        exchange.completed = True
         for observer in self.observers:
             observer.on_complete(exchange)
 

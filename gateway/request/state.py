@@ -28,7 +28,8 @@ from policies.types import RouteRequest
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, decider: Decider, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
-                 preparing: Preparing | None = None) -> None:
+                 preparing: Preparing | None = None,
+                 redis_status: Callable[[], dict[str, object]] | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.decider = decider
@@ -38,7 +39,7 @@ class GatewayState:
         self.hashers = hashers
         self.preparing = preparing or Preparing()
         """Requests between arrival and decision (``gateway.request.preparing``)."""
-        self.redis_status: Callable[[], dict[str, object]] | None = None
+        self.redis_status = redis_status
         """The shared routing state's condition for ``/ready`` (``gateway.fleet.sync``),
         None without ``redis_url``."""
 
