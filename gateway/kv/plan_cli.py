@@ -22,26 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.kv.model import ModelShape, PlanError
+from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import GIB, KvPlan, PlanInput, plan
 
 COMPARED = ("auto", "fp8", "int8")
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    """``config.json`` itself, or the one inside a model folder."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        target = target / "config.json"
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlanError(f"cannot read {target}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise PlanError(f"{target} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise PlanError(f"{target} holds no JSON object")
-    return data
 
 
 def _parser() -> argparse.ArgumentParser:

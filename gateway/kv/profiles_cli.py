@@ -20,9 +20,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from gateway.kv.model import ModelShape, PlanError
+from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import KvPlan, plan
-from gateway.kv.plan_cli import load_config
 from gateway.kv.profiles import PROFILES, Profile, UnknownProfile, get_profile
 
 
