@@ -1,6 +1,6 @@
 """The prompt linter inside the gateway: the endpoint's engine, live traffic, drift.
 
-``LintService`` is built once by ``create_app``; on live traffic it is fed
+``LintService`` is built once at start-up (``gateway.server.parts``); on live traffic it is fed
 by ``gateway.server.live_lint`` (a lifecycle observer and its worker thread).
 
 * ``lint_one`` / ``lint_batch`` serve ``POST /v1/prompt/lint`` (run in a

@@ -4,10 +4,10 @@ The gateway's own counters and histograms are defined in
 :class:`GatewayMetrics`. Series read at scrape time from the state they
 describe come from collectors: the pool's (:class:`PoolCollector`: health,
 load, the replicas' own vLLM counters) and the tokenizers' (:class:`HasherCollector`)
-here, and beside the state they read, registered through ``extra=[...]`` in
-``create_app``: ``breaker_metrics`` (circuit breakers), ``memo_metrics``
-(memo sizes), ``fleet_metrics`` (Redis shared state) and ``auth`` (key
-rejections). Reading at scrape time keeps the numbers from drifting from the
+here, and beside the state they read, registered through
+``GatewayMetrics.register`` at start-up (``gateway.server.parts``):
+``breaker_metrics`` (circuit breakers), ``memo_metrics`` (memo sizes),
+``fleet_metrics`` (Redis shared state) and ``auth`` (key rejections). Reading at scrape time keeps the numbers from drifting from the
 state. The ops view reads this same registry (``gateway.ops.stats``).
 
 Labels are bounded: replica, model, policy, reason, kind, status — never a

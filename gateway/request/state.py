@@ -1,7 +1,7 @@
-"""Everything one gateway instance holds, wired by ``create_app``.
+"""Everything one gateway instance holds, built at start-up (``gateway.server.start``).
 
-No module globals: the app owns one ``GatewayState``; routes reach it through
-the closure that built them. ``describe`` reduces an exchange's request to
+No module globals: the running gateway holds one ``GatewayState``; the front
+door and the routes are handed it when they are built. ``describe`` reduces an exchange's request to
 what routing needs (its KV blocks, from the model's ``PromptHasher``) and
 moves heavy prompt work off the event loop. What happens to the request
 after its decision is told to the proxy's lifecycle observers
