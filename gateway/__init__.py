@@ -1,9 +1,10 @@
 """prefixgate's gateway: everything between a client and the replicas, one concern a package.
 
-    server/     the HTTP face: create_app (where the parts are composed), the HTTP
-                server and its bounds, the routes, the live linter's observer
-    request/    one routed request: exchange, dispatch, routing, proxy, relay,
-                the lifecycle its observers hear, the drain
+    server/     the HTTP face: create_app and start-up (where the parts are composed),
+                the HTTP server and its bounds, the gateway's own routes, the live
+                linter's observer
+    request/    one routed request: the front door, exchange, dispatch, decider,
+                proxy, relay, the lifecycle its observers hear, the drain
     prompt/     render, tokenize, cut into KV blocks, hash; memos and bounds
     replicas/   which replicas there are at run time, and their KV events
     fleet/      several instances sharing routing state through Redis

@@ -12,19 +12,23 @@
 
 An error a replica answers with is not a GatewayError: its status and body
 are passed through unchanged. Engine errors (``engine.errors``) are turned
-into these in one place, the proxy. ``install`` registers the handlers that
-render them, FastAPI's validation errors, and anything unexpected (a 500 in
-the same JSON shape, never an HTML page).
+into these in one place, the proxy. ``handlers`` renders them for the
+gateway's own routes (FastAPI), with FastAPI's validation errors and
+anything unexpected (a 500 in the same JSON shape, never an HTML page); the
+front door renders the relayed routes' with the same functions
+(``gateway.request.front``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
+from starlette.types import ExceptionHandler
 
 from gateway.jsonresp import JSONResponse
 
@@ -133,12 +137,31 @@ _STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "Permi
                  422: "BadRequestError", 429: "RateLimitError"}
 
 
-def install(app: FastAPI) -> None:
-    async def on_gateway_error(request: Request, exc: Exception) -> JSONResponse:
+def unexpected_error(path: str) -> JSONResponse:
+    """The 500 for an exception no handler expected, logged with its traceback (call it
+    while the exception is handled)."""
+    log.exception("unexpected error on %s", path)
+    return JSONResponse(
+        error_body(500, "internal gateway error", "InternalServerError"), status_code=500
+    )
+
+
+def method_not_allowed(allow: Sequence[str]) -> JSONResponse:
+    """A path the gateway serves, with a method it does not take (as starlette answers)."""
+    return JSONResponse(error_body(405, "Method Not Allowed", _STATUS_TYPES[405]),
+                        status_code=405, headers={"allow": ", ".join(allow)})
+
+
+def handlers() -> dict[int | type[Exception], ExceptionHandler]:
+    """FastAPI's ``exception_handlers`` for the gateway's own routes: gateway errors,
+    FastAPI's validation errors and starlette's (404, 405), a client that left, and
+    anything unexpected (a 500 in the same JSON shape, never an HTML page)."""
+
+    async def on_gateway_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, GatewayError)
         return error_response(exc)
 
-    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
         status = 400 if exc.status_code == 422 else exc.status_code
         return JSONResponse(
@@ -147,18 +170,13 @@ def install(app: FastAPI) -> None:
             headers=getattr(exc, "headers", None),
         )
 
-    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s", request.url.path)
-        return JSONResponse(
-            error_body(500, "internal gateway error", "InternalServerError"), status_code=500
-        )
+    async def on_unexpected(request: Request, exc: Exception) -> Response:
+        return unexpected_error(request.url.path)
 
     async def on_client_gone(request: Request, exc: Exception) -> Response:
         # The client left while its body was read (or the server cut a slow body
         # with a 408): nobody is there to answer, and it is no gateway fault.
         return Response(status_code=499)
 
-    app.add_exception_handler(GatewayError, on_gateway_error)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(ClientDisconnect, on_client_gone)
-    app.add_exception_handler(Exception, on_unexpected)
+    return {GatewayError: on_gateway_error, StarletteHTTPException: on_http,
+            ClientDisconnect: on_client_gone, Exception: on_unexpected}

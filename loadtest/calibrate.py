@@ -47,7 +47,7 @@ from loadtest.calibration.compare import compare
 from loadtest.calibration.cpu import CoreMeter
 from loadtest.calibration.model import StepShape, diagnostic_fits, fit, refine
 from loadtest.calibration.points import summarise
-from loadtest.calibration.probes import ProbeError, ProbePlan, ProbeResults, probe_server
+from loadtest.calibration.probes import CalibrationProbeError, ProbePlan, ProbeResults, probe_server
 from loadtest.calibration.report import markdown_report, plot, to_json, write_json
 from loadtest.calibration.result import Calibration, SimRound
 from loadtest.calibration.targets import EngineLimits, Target, sim_target, url_target, vllm_target
@@ -185,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = fit_and_validate(target, real, real_seconds, plan, limits, tokenizer,
                                        args.refine, args.core,
                                        None if args.all_samples else args.max_foreign_cpu, _log)
-    except (ReplicaStartError, StartError, ProbeError) as exc:
+    except (ReplicaStartError, StartError, CalibrationProbeError) as exc:
         _log(f"calibration failed: {exc}")
         return 2
     machine = {**machine_info(REPO_ROOT), "client_cores": client_cores,

@@ -90,7 +90,7 @@ class ToolCallPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class AnswerPlan:
     pieces: tuple[Piece, ...] | None = None
     """``None``: free text (the simulator's random words)."""
     calls: tuple[ToolCallPlan, ...] = ()
@@ -218,7 +218,7 @@ def _wants_call(rules: OutputRules, messages: Sequence[Any]) -> bool:
     return rules.tool_choice == "auto" and _last_role(messages) == "user"
 
 
-def plan_answer(rules: OutputRules, messages: Sequence[Any], rng: random.Random) -> Plan:
+def plan_answer(rules: OutputRules, messages: Sequence[Any], rng: random.Random) -> AnswerPlan:
     if rules.tools and _wants_call(rules, messages):
         tool = _pick_tool(rules, messages)
         arguments = json.dumps(value_for_schema(tool.parameters or {"type": "object"}, rng),
@@ -226,14 +226,14 @@ def plan_answer(rules: OutputRules, messages: Sequence[Any], rng: random.Random)
         pieces = [Piece(text, call=0) for text in split_tokens(arguments)]
         if rules.tool_choice == "auto":
             pieces.insert(0, Piece("", call=0, opens=True))
-        return Plan(tuple(pieces), (ToolCallPlan(tool.name, arguments),), rules.tool_choice)
+        return AnswerPlan(tuple(pieces), (ToolCallPlan(tool.name, arguments),), rules.tool_choice)
     if rules.choices is not None:
-        return Plan(tuple(Piece(text) for text in split_tokens(rng.choice(rules.choices))))
+        return AnswerPlan(tuple(Piece(text) for text in split_tokens(rng.choice(rules.choices))))
     if rules.json_schema is not None:
         text = json.dumps(value_for_schema(rules.json_schema, rng), ensure_ascii=False)
-        return Plan(tuple(Piece(piece) for piece in split_tokens(text)))
+        return AnswerPlan(tuple(Piece(piece) for piece in split_tokens(text)))
     if rules.json_object:
         text = json.dumps(value_for_schema({"type": "object", "properties": {
             "answer": {"type": "string"}}, "required": ["answer"]}, rng))
-        return Plan(tuple(Piece(piece) for piece in split_tokens(text)))
-    return Plan()
+        return AnswerPlan(tuple(Piece(piece) for piece in split_tokens(text)))
+    return AnswerPlan()

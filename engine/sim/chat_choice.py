@@ -1,7 +1,7 @@
 """One chat choice as its tokens arrive: content or tool calls, in vLLM 0.32's shapes.
 
 Each output token maps back to its piece of the choice's
-:class:`~engine.sim.answers.Plan` (token ``i`` is piece ``i``; the EOS
+:class:`~engine.sim.answers.AnswerPlan` (token ``i`` is piece ``i``; the EOS
 token comes after the last). :meth:`ChatChoice.feed` returns the stream
 delta vLLM would send for it, :meth:`ChatChoice.message` the whole message.
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from engine.sim.answers import Plan
+from engine.sim.answers import AnswerPlan
 from engine.sim.logprobs import TokenLogprob, chat_entry, chat_logprobs, token_logprob
 from engine.sim.request import TokenEvent
 from engine.sim.responses import chat_message
@@ -43,7 +43,7 @@ def tool_call_id() -> str:
 
 
 class ChatChoice:
-    def __init__(self, index: int, plan: Plan, logprobs: int | None, key: str) -> None:
+    def __init__(self, index: int, plan: AnswerPlan, logprobs: int | None, key: str) -> None:
         self.index = index
         self.plan = plan
         self.logprobs = logprobs

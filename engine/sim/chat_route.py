@@ -20,7 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from engine.sim import responses
-from engine.sim.answers import OutputRules, Plan, parse_output_rules, plan_answer
+from engine.sim.answers import AnswerPlan, OutputRules, parse_output_rules, plan_answer
 from engine.sim.chat_choice import ChatChoice
 from engine.sim.protocol import (
     SamplingRequest,
@@ -37,7 +37,7 @@ from engine.sim.textgen import choice_key
 def plan_choices(
     rules: OutputRules, messages: Sequence[Any], sampling: SamplingRequest,
     prompt: Sequence[int], server_seed: int,
-) -> tuple[list[Plan], list[str]]:
+) -> tuple[list[AnswerPlan], list[str]]:
     """Each choice's plan and its seed key (for its logprobs)."""
     keys = [choice_key(sampling.seed, prompt, index, server_seed) for index in range(sampling.n)]
     plans = [plan_answer(rules, messages, random.Random(f"plan:{key}")) for key in keys]

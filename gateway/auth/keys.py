@@ -11,7 +11,9 @@ without it the gateway is open, as before. The file is a YAML list::
       tokens_per_minute: 200000
       max_concurrency: 16
 
-How a request is admitted (:class:`AuthMiddleware`, one ASGI middleware):
+How a request is admitted (:meth:`KeyStore.admit_request`, called once per HTTP
+request by the gateway's front door, ``gateway.request.front``, which hands the
+grant to the request's exchange and releases it after the answer's last byte):
 
 1. The key comes from ``Authorization: Bearer KEY``, ``x-api-key: KEY`` or
    ``Authorization: Basic`` (any user name, the key as password: what a
@@ -87,7 +89,6 @@ from pydantic import (
     model_validator,
 )
 from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gateway.errors import (
     GatewayError,
@@ -95,13 +96,9 @@ from gateway.errors import (
     PermissionDenied,
     RateLimited,
     Unauthenticated,
-    error_response,
 )
 
 log = logging.getLogger("prefixgate.auth")
-
-GRANT = "prefixgate.grant"
-"""Scope key of the request's :class:`Grant` (absent when no keys are configured)."""
 
 CLIENT_KEY_HEADERS = ("authorization", "x-api-key")
 """Where a client key comes in; never forwarded to a replica when keys are configured."""
@@ -511,6 +508,25 @@ class KeyStore:
         usage.in_flight += 1
         return Grant(principal, usage, self)
 
+    def admit_request(self, path: str, headers: Headers,
+                      metrics_auth: Access = "open") -> Grant | None:
+        """Admit one HTTP request (module docstring): None on an open path, else the
+        grant it holds until its answer's last byte (``Grant.release``); raises the
+        401, 403 or 429 to answer (an admin path's 401 asks for Basic credentials)."""
+        needs = scope_of(path, metrics_auth)
+        if needs == "open":
+            return None
+        try:
+            principal = self.authenticate(presented_key(headers))
+            if needs == "admin" and not principal.admin:
+                self.metrics.rejections.labels("not_admin").inc()
+                raise PermissionDenied("this route needs an admin key")
+            return self.admit(principal)
+        except GatewayError as exc:
+            if needs == "admin" and exc.status == 401:
+                exc.headers["www-authenticate"] = 'Basic realm="prefixgate admin"'
+            raise
+
 
 HTTP_WHITESPACE = " \t"
 """What surrounds a key in any header and is not part of it (RFC 9110's OWS). Nothing
@@ -541,40 +557,3 @@ def scope_of(path: str, metrics_auth: Access) -> Access:
     if any(path == p or path.startswith(p + "/") for p in ADMIN_PREFIXES):
         return "admin"
     return "key"
-
-
-class AuthMiddleware:
-    """Authenticates and admits every HTTP request (module docstring); pure ASGI."""
-
-    def __init__(self, app: ASGIApp, store: KeyStore, metrics_auth: Access = "open") -> None:
-        self.app = app
-        self.store = store
-        self.metrics_auth = metrics_auth
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        needs = scope_of(scope["path"], self.metrics_auth)
-        if needs == "open":
-            await self.app(scope, receive, send)
-            return
-        try:
-            grant = self._admit(needs, Headers(scope=scope))
-        except GatewayError as exc:
-            if needs == "admin" and exc.status == 401:
-                exc.headers["www-authenticate"] = 'Basic realm="prefixgate admin"'
-            await error_response(exc)(scope, receive, send)
-            return
-        scope[GRANT] = grant
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            grant.release()
-
-    def _admit(self, needs: Access, headers: Headers) -> Grant:
-        principal = self.store.authenticate(presented_key(headers))
-        if needs == "admin" and not principal.admin:
-            self.store.metrics.rejections.labels("not_admin").inc()
-            raise PermissionDenied("this route needs an admin key")
-        return self.store.admit(principal)

@@ -1,6 +1,6 @@
 """The shared routing state's series, read at scrape time from ``FleetSync``.
 
-Registered through ``GatewayMetrics(extra=[...])`` only when ``redis_url`` is
+Registered through ``GatewayMetrics.register`` only when ``redis_url`` is
 set (without Redis these series are absent):
 
 * ``prefixgate_redis_up``: 1 while Redis answers, 0 while the gateway serves
@@ -60,5 +60,5 @@ class FleetCollector(Collector):
 
 
 def fleet_collectors(fleet: FleetSync | None) -> list[Collector]:
-    """What ``GatewayMetrics(extra=...)`` registers for the shared routing state."""
+    """What ``GatewayMetrics.register`` takes for the shared routing state."""
     return [] if fleet is None else [FleetCollector(fleet)]

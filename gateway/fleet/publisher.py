@@ -2,7 +2,7 @@
 
 When a replica confirms a prefix-routed request's prefill (its first byte:
 ``gateway.request.lifecycle``), the policy learns the request's blocks there
-(``gateway.request.routing``) and this observer queues the same for the other
+(``gateway.request.decider``) and this observer queues the same for the other
 gateway instances (``FleetSync.routed``, published through Redis in batches).
 """
 

@@ -3,15 +3,15 @@
 Each instance publishes what it learns and applies what the others publish;
 no decision ever waits for Redis.
 
-* **Publishing.** ``Router.observe`` tells :meth:`FleetSync.routed` of every
-  request the policy learned from (its replica, its KV-block hashes, its
-  session key): a bounded in-memory queue, nothing else on the request's
-  path (full: the entry is dropped and counted). A background task drains
-  it every ``flush_seconds`` (or at ``batch_entries``) into one stream entry
-  (``XADD {prefix}stream MAXLEN ~ stream_maxlen``, msgpack: see
-  ``gateway.fleet.codec``). Every ``load_tick_seconds`` it adds the
-  instance's own in-flight requests per replica when they changed, and at
-  least every ``heartbeat_seconds``.
+* **Publishing.** A lifecycle observer (``gateway.fleet.publisher``) tells
+  :meth:`FleetSync.routed` of every request the policy learned from (its
+  replica, its KV-block hashes, its session key): a bounded in-memory queue,
+  nothing else on the request's path (full: the entry is dropped and
+  counted). A background task drains it every ``flush_seconds`` (or at
+  ``batch_entries``) into one stream entry (``XADD {prefix}stream MAXLEN ~
+  stream_maxlen``, msgpack: see ``gateway.fleet.codec``). Every
+  ``load_tick_seconds`` it adds the instance's own in-flight requests per
+  replica when they changed, and at least every ``heartbeat_seconds``.
 * **Applying.** Another task reads the stream (``XREAD BLOCK``) and, for
   entries of other instances, calls ``Policy.learn_remote`` (the prefix
   index records the blocks, the session table the session) for replicas
@@ -153,7 +153,7 @@ class FleetSync:
     # -- the request path: never awaits ------------------------------------------
 
     def routed(self, request: RouteRequest, replica_id: str) -> None:
-        """A ``Router`` observer: queue what the policy just learned for publishing."""
+        """Queue what the policy just learned for publishing (``FleetPublisher``)."""
         if not request.block_hashes and request.session_key is None:
             return  # a load-only policy's request: nothing to share
         if len(self._pending) >= self.options.queue_entries:

@@ -8,7 +8,7 @@ drop always means the candidate is worse: accuracy 0.700 -> 0.672 is a 4.0%
 drop; perplexity 10.0 -> 10.2 a 2.0% drop.
 
 A check may carry its **noise floor**: the drop the same figure shows
-between two equal runs (``gateway.kv.probe`` measures it, the candidate
+between two equal runs (``gateway.kv.quality_probe`` measures it, the candidate
 against itself). The gate judges the drop *beyond* it, so run-to-run noise
 is not blamed on the KV dtype.
 

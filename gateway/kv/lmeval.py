@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.kv.gate import Check
-from gateway.kv.probe import Endpoint
+from gateway.kv.quality_probe import Endpoint
 
 PREFERRED_METRICS = ("acc_norm", "acc", "exact_match", "f1")
 INSTALL_HINT = ("pip install 'lm-eval==0.4.13' (into this venv, or any venv passed as "

@@ -27,8 +27,10 @@ latent cache does not follow the K/V arithmetic.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 QKV_BIAS_MODELS = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
@@ -45,6 +47,22 @@ def _field(config: Mapping[str, Any], *names: str, default: Any = None) -> Any:
     if default is None:
         raise PlanError(f"config.json has none of {', '.join(names)}")
     return default
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """``config.json`` itself, or the one inside a model folder."""
+    target = Path(path).expanduser()
+    if target.is_dir():
+        target = target / "config.json"
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PlanError(f"cannot read {target}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise PlanError(f"{target} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{target} holds no JSON object")
+    return data
 
 
 @dataclass(frozen=True, slots=True)

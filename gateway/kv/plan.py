@@ -138,7 +138,7 @@ class PlanWarning:
 
 
 @dataclass(frozen=True, slots=True)
-class Plan:
+class KvPlan:
     """Every figure of one plan; ``as_dict`` is the ``--json`` object."""
 
     inputs: PlanInput
@@ -222,7 +222,7 @@ def _weight_dtype(inputs: PlanInput, shape: ModelShape) -> str:
     return "bfloat16" if key == "float32" and inputs.weight_dtype == "auto" else key
 
 
-def plan(shape: ModelShape, inputs: PlanInput) -> Plan:
+def plan(shape: ModelShape, inputs: PlanInput) -> KvPlan:
     tp = inputs.tensor_parallel_size
     if tp < 1 or inputs.block_size < 1:
         raise PlanError("tensor_parallel_size and block_size must be at least 1")
@@ -255,7 +255,7 @@ def plan(shape: ModelShape, inputs: PlanInput) -> Plan:
     max_len = inputs.max_model_len or shape.max_position_embeddings
     if not max_len:
         raise PlanError("give --max-model-len: config.json has no max_position_embeddings")
-    built = Plan(
+    built = KvPlan(
         inputs=inputs, shape=shape, params=params, kv_cache_dtype=kv_dtype,
         kv_element_bytes=int(element), kv_scale_bytes=2 * scale, weight_dtype=weight_dtype,
         weight_bytes_per_param=per_param, kv_heads_per_gpu=heads_per_gpu,
@@ -268,7 +268,7 @@ def plan(shape: ModelShape, inputs: PlanInput) -> Plan:
     return _with_warnings(built)
 
 
-def _with_warnings(p: Plan) -> Plan:
+def _with_warnings(p: KvPlan) -> KvPlan:
     i, s, out = p.inputs, p.shape, []
     tp = i.tensor_parallel_size
     if s.num_heads % tp:

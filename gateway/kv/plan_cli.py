@@ -22,26 +22,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from gateway.kv.model import ModelShape, PlanError
-from gateway.kv.plan import GIB, Plan, PlanInput, plan
+from gateway.kv.model import ModelShape, PlanError, load_config
+from gateway.kv.plan import GIB, KvPlan, PlanInput, plan
 
 COMPARED = ("auto", "fp8", "int8")
-
-
-def load_config(path: str | Path) -> dict[str, Any]:
-    """``config.json`` itself, or the one inside a model folder."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        target = target / "config.json"
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PlanError(f"cannot read {target}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise PlanError(f"{target} is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise PlanError(f"{target} holds no JSON object")
-    return data
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,7 +88,7 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.2f} GiB"
 
 
-def render(p: Plan, name: str) -> str:
+def render(p: KvPlan, name: str) -> str:
     """The human report: every step with the numbers that went into it."""
     s, i, c = p.shape, p.inputs, p.params
     tp = i.tensor_parallel_size
@@ -170,7 +154,7 @@ def render(p: Plan, name: str) -> str:
     return "\n".join(lines)
 
 
-def render_compare(plans: Sequence[Plan], name: str) -> str:
+def render_compare(plans: Sequence[KvPlan], name: str) -> str:
     head = f"prefixgate plan: {name}: tensor parallel {plans[0].inputs.tensor_parallel_size}"
     rows = [head, "",
             (f"{'kv dtype':<20} {'B/token/GPU':>12} {'B/token':>10} {'KV GiB/GPU':>11} "

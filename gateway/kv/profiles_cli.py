@@ -20,9 +20,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from gateway.kv.model import ModelShape, PlanError
-from gateway.kv.plan import Plan, plan
-from gateway.kv.plan_cli import load_config
+from gateway.kv.model import ModelShape, PlanError, load_config
+from gateway.kv.plan import KvPlan, plan
 from gateway.kv.profiles import PROFILES, Profile, UnknownProfile, get_profile
 
 
@@ -60,13 +59,13 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def capacity_line(p: Plan) -> str:
+def capacity_line(p: KvPlan) -> str:
     return (f"{p.num_blocks:,} blocks of {p.inputs.block_size} = {p.kv_capacity_tokens:,} "
             f"tokens per replica ({p.kv_bytes_per_token_per_gpu:,} B per token per GPU, "
             f"{p.max_concurrency:.1f} sequences of {p.max_model_len:,} tokens)")
 
 
-def render(profile: Profile, capacity: Plan | None) -> str:
+def render(profile: Profile, capacity: KvPlan | None) -> str:
     i = profile.plan_input()
     parts = [
         f"{profile.name}: {profile.summary}",

@@ -8,7 +8,7 @@
     prefixgate kv-quality --emulate fp8|int8|int2 [...]
 
 Two OpenAI-compatible endpoints serving the same model, one with the KV
-cache dtype to judge: the built-in probe (``gateway.kv.probe``) always runs,
+cache dtype to judge: the built-in probe (``gateway.kv.quality_probe``) always runs,
 with one line per passage on stderr (``--quiet``: none), and measures its
 own noise floor (the candidate against itself);
 lm-eval-harness (``gateway.kv.lmeval``) runs when tasks are named; the rule
@@ -43,15 +43,15 @@ from engine.vllm.kv_emulation.process import EmulationSpec, running_emulation
 from engine.vllm.local import ReplicaStartError
 from gateway.kv import lmeval as kv_lmeval
 from gateway.kv.gate import DEFAULT_LIMITS, DEFAULT_MAX_DROP, EXIT_ERROR, GateRule, decide
-from gateway.kv.probe import (
+from gateway.kv.quality_probe import (
     CORPUS_DIR,
     Endpoint,
     PassageScore,
-    ProbeClient,
-    ProbeError,
     Progress,
+    QualityProbeClient,
+    QualityProbeError,
     load_corpus,
-    run_probe,
+    run_quality_probe,
 )
 from gateway.kv.quality_report import Report, as_dict, render
 
@@ -123,7 +123,7 @@ def _first_model(http: httpx.Client, url: str) -> dict[str, Any]:
     base = url.rstrip("/").removesuffix("/v1")
     data = http.get(f"{base}/v1/models").json().get("data") or []
     if not data:
-        raise ProbeError(f"{base}/v1/models lists no model")
+        raise QualityProbeError(f"{base}/v1/models lists no model")
     return dict(data[0])
 
 
@@ -180,14 +180,15 @@ def judge(args: argparse.Namespace) -> Report:
             kv_dtype = args.candidate_kv_dtype or published_kv_dtype(http, candidate)
         if args.lm_eval_tasks:  # say it is missing before the probe's minutes, not after
             kv_lmeval.find_python(args.lm_eval_python)
-        client = ProbeClient()
+        client = QualityProbeClient()
         if not args.quiet:
             print(f"kv-quality: {len(passages)} passages, 4 requests each (baseline, "
                   "candidate, candidate on the baseline's continuation and on its own: the "
                   "noise floor)", file=sys.stderr, flush=True)
         try:
-            probe = run_probe(client, baseline, candidate, passages, args.continuation_tokens,
-                              None if args.quiet else progress_printer(sys.stderr))
+            probe = run_quality_probe(client, baseline, candidate, passages,
+                                      args.continuation_tokens,
+                                      None if args.quiet else progress_printer(sys.stderr))
         finally:
             client.close()
         lm = _lm_eval(args, baseline, candidate)
@@ -215,7 +216,7 @@ def run(argv: Sequence[str], out: TextIO) -> int:
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         report = judge(args)
-    except (ValueError, ProbeError, ReplicaStartError, kv_lmeval.LmEvalUnavailable,
+    except (ValueError, QualityProbeError, ReplicaStartError, kv_lmeval.LmEvalUnavailable,
             kv_lmeval.LmEvalFailed, httpx.HTTPError) as exc:
         print(f"prefixgate kv-quality: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.kv.gate import Verdict
-from gateway.kv.probe import Endpoint, ProbeResult
+from gateway.kv.quality_probe import Endpoint, QualityProbeResult
 
 EMULATION_LABEL = ("EMULATION: a transformers reference whose KV cache is round-tripped through "
                    "the candidate's dtype, not a vLLM kernel")
@@ -24,7 +24,7 @@ class Report:
     baseline: Endpoint
     candidate: Endpoint
     candidate_kv_dtype: str | None
-    probe: ProbeResult
+    probe: QualityProbeResult
     verdict: Verdict
     continuation_tokens: int
     lm_eval: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None

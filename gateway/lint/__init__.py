@@ -15,6 +15,6 @@ found by aligning their stable prefixes. The gateway does the same online
 (``service.LintService``), memory-bounded, and watches each group's stable
 prefix for sudden shortening (``drift``).
 
-Nothing here runs at import time; ``gateway.server.app.create_app`` builds the
-service.
+Nothing here runs at import time; the gateway's start-up builds the service
+(``gateway.server.parts.build_lint``).
 """

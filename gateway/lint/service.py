@@ -1,6 +1,6 @@
 """The prompt linter inside the gateway: the endpoint's engine, live traffic, drift.
 
-``LintService`` is built once by ``create_app``; on live traffic it is fed
+``LintService`` is built once at start-up (``gateway.server.parts``); on live traffic it is fed
 by ``gateway.server.live_lint`` (a lifecycle observer and its worker thread).
 
 * ``lint_one`` / ``lint_batch`` serve ``POST /v1/prompt/lint`` (run in a
@@ -79,6 +79,9 @@ class LintLimits:
     text_samples: bool = False
     """Keep the text of drifted and varying spans for admin callers (off: lengths and
     hashes only)."""
+    compiled_templates: int = 64
+    compiled_template_bytes: int = 32 << 20
+    """The clock probe's compiled chat templates, at most (entries, estimated bytes)."""
 
 
 class LintService:
@@ -93,7 +96,7 @@ class LintService:
         self.limits = limits = limits or LintLimits()
         self.detector = Detector()
         self.fields = FieldLinter(self.detector)
-        self.probe = ClockProbe()
+        self.clock_probe = ClockProbe(limits.compiled_templates, limits.compiled_template_bytes)
         self.atomizer = Atomizer()
         self.groups = GroupTable(self.atomizer, drift or DriftSettings(), limits.max_groups,
                                  limits.max_prefix_chars)
@@ -108,6 +111,10 @@ class LintService:
         self._events: deque[DriftEvent] = deque(maxlen=limits.max_events)
         self._lock = threading.Lock()
         self._sample_key = secrets.token_bytes(16)
+
+    def memos(self) -> dict[str, LRU[Any, Any]]:
+        """The linter's memos whose size ``/metrics`` reports (``gateway.ops.memo_metrics``)."""
+        return {"compiled_templates": self.clock_probe.compiled}
 
     # -- the endpoint ------------------------------------------------------------------------
 
@@ -125,7 +132,7 @@ class LintService:
         folder = self.folder(model)
         encoder = HFEncoder(folder) if folder else ByteEncoder()
         linter = Linter(model, self.hashers.get(model).renderer, TokenMap(encoder),
-                        self.template(model), self.detector, self.probe, self.clock)
+                        self.template(model), self.detector, self.clock_probe, self.clock)
         with self._lock:
             return self._linters.setdefault(model, linter)
 
@@ -278,7 +285,7 @@ class LintService:
         key = (model, xxhash.xxh3_64_intdigest(kwargs))
         known = self._clock_memo.get(key)
         if known is None:
-            known = self.probe.fills_clock(self.template(model), body)
+            known = self.clock_probe.fills_clock(self.template(model), body)
             if len(self._clock_memo) < 1024:
                 self._clock_memo[key] = known
         return known

@@ -23,7 +23,7 @@ from prometheus_client import Histogram
 from engine.tasks import cancel
 
 
-class LoopLagProbe:
+class LoopLagMeter:
     def __init__(self, histogram: Histogram, period: float = 0.05) -> None:
         self.histogram = histogram
         self.period = period

@@ -4,10 +4,10 @@ The gateway's own counters and histograms are defined in
 :class:`GatewayMetrics`. Series read at scrape time from the state they
 describe come from collectors: the pool's (:class:`PoolCollector`: health,
 load, the replicas' own vLLM counters) and the tokenizers' (:class:`HasherCollector`)
-here, and beside the state they read, registered through ``extra=[...]`` in
-``create_app``: ``breaker_metrics`` (circuit breakers), ``memo_metrics``
-(memo sizes), ``fleet_metrics`` (Redis shared state) and ``auth`` (key
-rejections). Reading at scrape time keeps the numbers from drifting from the
+here, and beside the state they read, registered through
+``GatewayMetrics.register`` at start-up (``gateway.server.parts``):
+``breaker_metrics`` (circuit breakers), ``memo_metrics`` (memo sizes),
+``fleet_metrics`` (Redis shared state) and ``auth`` (key rejections). Reading at scrape time keeps the numbers from drifting from the
 state. The ops view reads this same registry (``gateway.ops.stats``).
 
 Labels are bounded: replica, model, policy, reason, kind, status — never a
@@ -47,7 +47,7 @@ _FAST_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.00075, 0
 
 
 class GatewayMetrics:
-    def __init__(self, pool: ReplicaPool, extra: Iterable[Collector] = ()) -> None:
+    def __init__(self, pool: ReplicaPool) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter(
@@ -134,8 +134,11 @@ class GatewayMetrics:
         self.block_table_info.labels(block_table_backend()).set(1)
         self.pool = pool
         r.register(PoolCollector(pool))
-        for collector in extra:
-            r.register(collector)
+
+    def register(self, *collectors: Collector) -> None:
+        """Series read from other parts at scrape time (``gateway.server.parts``)."""
+        for collector in collectors:
+            self.registry.register(collector)
 
     def start_at_zero(self, lint_kinds: Iterable[str] = ()) -> None:
         """Give every counter a sample at 0 for the label values known at start-up.

@@ -20,8 +20,9 @@
 
 Two hooks let the prompt linter show its findings without this module
 knowing it: ``lint_provider`` returns the most frequent findings by kind and
-``drift_provider`` the latest prefix-drift events. Both return nothing until
-``create_app`` wires them (``view.lint_provider = linter.top_findings``).
+``drift_provider`` the latest prefix-drift events. Both return nothing unless
+given (``gateway.server.parts.build_ops_view`` gives the linter's:
+``gateway.lint.ops``).
 Neither may carry prompt text: kinds, counts, models, short fixed wording.
 """
 
@@ -79,17 +80,20 @@ def _none() -> Sequence[Any]:
 
 class OpsView:
     def __init__(self, pool: ReplicaPool, policy: Policy, sampler: OpsSampler,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, *,
+                 lint_provider: LintProvider = _none, drift_provider: DriftProvider = _none,
+                 tokenizer_provider: TokenizerProvider = dict,
+                 redis_provider: Callable[[], Mapping[str, object]] | None = None) -> None:
         self.pool = pool
         self.policy = policy
         self.sampler = sampler
         self.stats = sampler.stats
         self.wall_clock = wall_clock
         self.started_at = wall_clock()
-        self.lint_provider: LintProvider = _none
-        self.drift_provider: DriftProvider = _none
-        self.tokenizer_provider: TokenizerProvider = dict
-        self.redis_provider: Callable[[], Mapping[str, object]] | None = None
+        self.lint_provider = lint_provider
+        self.drift_provider = drift_provider
+        self.tokenizer_provider = tokenizer_provider
+        self.redis_provider = redis_provider
         """Shared routing state's status (``FleetSync.status``); None without Redis."""
 
     def payload(self) -> dict[str, Any]:

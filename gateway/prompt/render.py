@@ -79,7 +79,7 @@ seconds."""
 
 
 @dataclass(slots=True)
-class Plan:
+class RenderPlan:
     """A rendered prompt cut into pieces, with the pieces still to tokenize."""
 
     model: str
@@ -211,7 +211,7 @@ class PromptHasher:
     # -- the two phases -------------------------------------------------------------
 
     def plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
-             incremental: bool = True, limits: LimitSettings | None = None) -> Plan | None:
+             incremental: bool = True, limits: LimitSettings | None = None) -> RenderPlan | None:
         """Render and look pieces up; None when routing will not analyse the prompt
         (it cannot be rendered, or is not what routing reads: ``gateway.prompt.bounds``).
         ``limits`` replaces the hasher's routing bounds for this call."""
@@ -229,7 +229,7 @@ class PromptHasher:
         return None
 
     def _plan(self, model: str, body: Mapping[str, Any], kind: str, block_size: int,
-              incremental: bool, limits: LimitSettings) -> Plan | None:
+              incremental: bool, limits: LimitSettings) -> RenderPlan | None:
         seed = _seed(model, body)
         units = self.renderer.units_per_token
         if kind != "chat":
@@ -238,7 +238,7 @@ class PromptHasher:
         if routable.client_template:
             self.fell_back("client_template")
         body = routable.body
-        plan: Plan | None = None
+        plan: RenderPlan | None = None
         if incremental and self.conversations is not None:
             keys = self.conversations.keys(model, body, block_size)
             if keys is not None:
@@ -250,14 +250,14 @@ class PromptHasher:
         return plan
 
     def _plan_completion(self, model: str, seed: int, body: Mapping[str, Any],
-                         block_size: int, limits: LimitSettings) -> Plan | None:
+                         block_size: int, limits: LimitSettings) -> RenderPlan | None:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], (list, str)):
             prompt = prompt[0]  # a batch: route by its first prompt
         max_chars = limits.max_routed_chars
         if isinstance(prompt, list):
             ids = routable_ids(prompt, limits.max_routed_tokens)
-            return Plan(model, seed, block_size, [], [], [], 0, direct_ids=ids,
+            return RenderPlan(model, seed, block_size, [], [], [], 0, direct_ids=ids,
                         cut=len(ids) < len(prompt))
         if not isinstance(prompt, str):
             raise Unanalysed("render")
@@ -267,7 +267,7 @@ class PromptHasher:
         return plan
 
     def _plan_conversation(self, model: str, seed: int, body: Mapping[str, Any],
-                           block_size: int, keys: Keys) -> Plan | None:
+                           block_size: int, keys: Keys) -> RenderPlan | None:
         memo = self.conversations
         assert memo is not None
         delta = memo.delta(body, keys)
@@ -286,7 +286,7 @@ class PromptHasher:
         return plan
 
     def _plan_text(self, model: str, seed: int, block_size: int, text: str,
-                   add_special: bool) -> Plan:
+                   add_special: bool) -> RenderPlan:
         if add_special or self._split is None:
             pieces = [text]
         else:
@@ -307,20 +307,21 @@ class PromptHasher:
                     marks[index] = mark
                 missing_chars += len(piece) - (mark.cut_chars if mark is not None else 0)
         units = self.renderer.units_per_token
-        return Plan(model, seed, block_size, pieces, ids, missing, missing_chars,
+        return RenderPlan(model, seed, block_size, pieces, ids, missing, missing_chars,
                     add_special_tokens=add_special, units=units, marks=marks,
                     max_units=self.limits.max_routed_tokens * units)
 
-    def tokenize_missing(self, plan: Plan) -> list[tuple[int, ...]]:
+    def tokenize_missing(self, plan: RenderPlan) -> list[tuple[int, ...]]:
         """The CPU-heavy part; only reads shared state, so it may run in a thread."""
         return self._tokenize_pieces(plan, plan.missing)
 
-    def _tokenize_pieces(self, plan: Plan, indexes: Sequence[int]) -> list[tuple[int, ...]]:
+    def _tokenize_pieces(self, plan: RenderPlan, indexes: Sequence[int]) -> list[tuple[int, ...]]:
         return [self._tokenize_piece(plan, (plan.add_special_tokens, plan.pieces[index]),
                                      plan.marks.get(index))
                 for index in indexes]
 
-    def _tokenize_piece(self, plan: Plan, key: PieceKey, mark: Mark | None) -> tuple[int, ...]:
+    def _tokenize_piece(self, plan: RenderPlan, key: PieceKey,
+                        mark: Mark | None) -> tuple[int, ...]:
         add_special, text = key
         reuse = self.reuse
         if reuse is None or len(text) < reuse.min_chars or (
@@ -350,7 +351,7 @@ class PromptHasher:
         plain = tuple(self.renderer.text_token_ids(sample, add_special_tokens=False))
         return prefix if with_specials == prefix + plain else None
 
-    def finish(self, plan: Plan, tokenized: Sequence[tuple[int, ...]],
+    def finish(self, plan: RenderPlan, tokenized: Sequence[tuple[int, ...]],
                session_key: str | None = None, request_id: str = "") -> RouteRequest:
         for index, ids in zip(plan.missing, tokenized):
             plan.token_ids[index] = ids
@@ -380,7 +381,8 @@ class PromptHasher:
             self._audits.append((plan.model, plan.audit, plan.block_size, result))
         return result
 
-    def _chain_pieces(self, plan: Plan, count: int) -> tuple[tuple[int, ...], int, KnownTurn | None]:
+    def _chain_pieces(self, plan: RenderPlan,
+                      count: int) -> tuple[tuple[int, ...], int, KnownTurn | None]:
         """Block hashes and tokens of the first ``count`` pieces (after ``plan.base``),
         and the turn to remember at ``plan.store_offset`` when it is reached."""
         base = plan.base
@@ -497,7 +499,7 @@ class PromptHasher:
         return done
 
     def _audit_plan(self, model: str, body: Mapping[str, Any], block_size: int,
-                    result: RouteRequest) -> Plan | None:
+                    result: RouteRequest) -> RenderPlan | None:
         memo = self.conversations
         if memo is None or not memo.enabled:
             return None
@@ -508,7 +510,7 @@ class PromptHasher:
             return None
         return self._plan_text(model, _seed(model, body), block_size, text, False)
 
-    def _audit_result(self, result: RouteRequest, plan: Plan,
+    def _audit_result(self, result: RouteRequest, plan: RenderPlan,
                       tokenized: Sequence[tuple[int, ...]]) -> None:
         full = self.finish(plan, tokenized)
         memo = self.conversations
@@ -516,7 +518,7 @@ class PromptHasher:
                 result.block_hashes, result.prompt_tokens):
             memo.audit_failed(f"{result.prompt_tokens} vs {full.prompt_tokens} tokens")
 
-    async def tokenize(self, plan: Plan) -> list[tuple[int, ...]]:
+    async def tokenize(self, plan: RenderPlan) -> list[tuple[int, ...]]:
         """``tokenize_missing``, in a worker thread when what is left to tokenize is long
         (the tokenizer releases the GIL on long texts, so the loop runs meanwhile). A
         long piece another request is tokenizing already is not tokenized again: this

@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gateway.kv.model import ModelShape, PlanError
+from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import PlanInput, plan
-from gateway.kv.plan_cli import load_config
 from gateway.kv.profiles import UnknownProfile, get_profile
 
 

@@ -11,9 +11,8 @@ publishes, once it does, always wins (``engine.pool.replicas.Replica.capacity_bl
 from __future__ import annotations
 
 from gateway.config import CapacitySettings, ConfigError
-from gateway.kv.model import ModelShape, PlanError
+from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import PlanInput, plan
-from gateway.kv.plan_cli import load_config
 
 
 def planned_blocks(settings: CapacitySettings) -> int:

@@ -5,7 +5,7 @@ Each route says how it is routed (``Route.routing``, table in
 
 * ``prefix`` (chat, completions, responses, the render routes): the prompt
   is rendered and hashed (``GatewayState.describe``) and the configured
-  policy decides (``GatewayState.router``). A body with no prompt the
+  policy decides (``GatewayState.decider``). A body with no prompt the
   gateway can render (an unknown shape: ``gateway.request.prompt_shapes``) is routed
   by load instead of being refused; the replica answers it as vLLM does.
 * ``load`` (tokenize, detokenize, embeddings, pooling, classify, score,
@@ -33,9 +33,9 @@ from urllib.parse import quote
 from engine.errors import EngineError
 from engine.pool.replicas import ReplicaPool
 from gateway.errors import InvalidRequest, ModelNotFound, NoHealthyReplica, ResponseNotFound
+from gateway.request.decider import Decider
 from gateway.request.exchange import Exchange
 from gateway.request.response_homes import Home, ResponseHomes, named_response, owner_of
-from gateway.request.routing import Router
 from gateway.request.state import GatewayState
 from policies.least_load import LeastLoad
 from policies.types import Decision, RouteRequest
@@ -75,7 +75,7 @@ class Dispatcher:
         self.state = state
         self.pool = state.pool
         self.homes = homes
-        self.by_load = Router(state.pool, LeastLoad(), state.metrics,
+        self.by_load = Decider(state.pool, LeastLoad(), state.metrics,
                               retry_after=state.settings.retry_after_seconds)
 
     async def decide(self, exchange: Exchange) -> None:
@@ -99,7 +99,7 @@ class Dispatcher:
     async def _by_prefix(self, exchange: Exchange) -> None:
         state = self.state
         exchange.request = await state.describe(exchange)
-        exchange.decision = state.router.decide(exchange.request)
+        exchange.decision = state.decider.decide(exchange.request)
 
     def _by_load(self, exchange: Exchange) -> Decision:
         model = exchange.model

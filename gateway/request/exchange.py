@@ -1,17 +1,20 @@
 """One routed request, from the bytes the client sent to what it was answered.
 
-An :class:`Exchange` is created by the route handler and filled in as the
-request moves through the gateway, in this order::
+An :class:`Exchange` is created by the gateway's front door for each request
+to a relayed route, with what it was admitted with and the route's path
+parameters (``gateway.request.front``), and filled in as the request moves
+through the gateway, in this order::
 
-    read      raw body (size-limited)                          api.read_body
+    admit     the client key's grant (with client keys)        KeyStore.admit_request
+    read      raw body (size-limited)                          body.read_body
     parse     JSON, edge validation, model, ids, forward body  Exchange.parse
     describe  the prompt's KV blocks (RouteRequest)             GatewayState.describe
-    decide    the policy's Decision                            Router.decide
+    decide    the policy's Decision                            Dispatcher.decide
     forward   lease, send, failover, relay (Outcome)           Proxy.forward
-    record    metrics, policy learning, access log             GatewayState.record
+    record    metrics, policy learning, access log             lifecycle observers
 
 Each step reads what the earlier ones wrote and adds its own part; nothing
-calls back into the handler. The prompt linter observes the exchange once
+calls back into the front door. The prompt linter observes the exchange once
 the request has left (``lint``), and never holds the answer back.
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,7 +30,7 @@ import orjson
 from starlette.requests import Request
 
 from engine.backends.form_fields import form_fields
-from gateway.auth.keys import GRANT, Grant, estimate_tokens
+from gateway.auth.keys import Grant, estimate_tokens
 from gateway.request.forwarding import SecretTest, forward_headers
 from gateway.request.prompt_shapes import prompt_of
 from gateway.request.schemas import RoutingFields, parse_json, routing_fields
@@ -37,12 +41,6 @@ Routing = Literal["prefix", "load", "home"]
 BodyKind = Literal["json", "form", "none"]
 FORM_FIELDS = ("model", "stream", "user")
 """The fields of a multipart form that routing reads (the form itself goes on unchanged)."""
-
-
-RECORDED = "prefixgate.recorded"
-"""Scope key: the exchange was counted by the recorder (``gateway.request.recorder``)."""
-MODEL = "prefixgate.model"
-"""Scope key: the served model the request was resolved to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +81,13 @@ class Outcome:
 @dataclass(slots=True)
 class Exchange:
     client: Request
+    """The HTTP request as the client sent it (its headers, body, disconnect)."""
     route: Route
+    path_params: Mapping[str, str] = field(default_factory=dict)
+    """The route path's parameters (``response_id``), as the route table matched them."""
+    grant: Grant | None = None
+    """What the caller's client key was admitted with (``gateway.auth.keys``); None
+    without client keys."""
     started: float = field(default_factory=time.perf_counter)
     data: dict[str, Any] = field(default_factory=dict)
     """The parsed JSON body, as routed and forwarded (empty for other bodies): as the
@@ -105,6 +109,8 @@ class Exchange:
     lint_warnings: int | None = None
     """Warnings in this stable prefix when the linter has seen it before (its memo)."""
     outcome: Outcome = field(default_factory=Outcome)
+    completed: bool = False
+    """Its lifecycle said ``complete``: its observers (the recorder among them) have it."""
 
     @property
     def stream(self) -> bool:
@@ -152,7 +158,7 @@ class Exchange:
         ``gateway.request.forwarding``). Only the prefix-routed routes (chat, completions,
         responses: generation) take a ``cache_salt`` and count against
         ``tokens_per_minute``; the others' bodies go on as sent."""
-        grant: Grant | None = self.client.scope.get(GRANT)
+        grant = self.grant
         if grant is None:
             return
         self.tenant = grant.tenant
@@ -180,7 +186,6 @@ class Exchange:
     def set_model(self, model: str) -> None:
         """The model the request is routed for (filled in a JSON body that left it out)."""
         self.model = model
-        self.client.scope[MODEL] = model
         if self.route.body == "json" and not self.fields.model:
             self.forward_body = with_model(self.forward_body, self.data, model)
 

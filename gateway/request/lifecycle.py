@@ -18,7 +18,7 @@ manager that says ``sent`` on entry and ``failed`` on exit unless
 every ``sent``, whatever way the attempt ends (a pending prefix cannot
 leak). Observers must not block: they run on the request's own task.
 
-The observers today: the routing learner (``gateway.request.routing.Router``: the
+The observers today: the routing learner (``gateway.request.decider.Decider``: the
 policy's pending prefixes and what it learns at the first token) and the
 recorder (``gateway.request.recorder.Recorder``: metrics and the access log).
 """
@@ -88,6 +88,7 @@ class Lifecycle:
             observer.on_decided(exchange)
 
     def complete(self, exchange: Exchange) -> None:
+        exchange.completed = True
         for observer in self.observers:
             observer.on_complete(exchange)
 

@@ -4,26 +4,25 @@
 and acts once, when it is complete (its last byte sent, or it failed): the
 per-replica counters and histograms of ``gateway.ops.metrics`` (which the ops
 view reads too: ``gateway.ops.stats``), and, when the access log is on, one
-JSON line without prompt text. (What the policy learns is the router's:
-``gateway.request.routing``.)
+JSON line without prompt text. (What the policy learns is the decider's:
+``gateway.request.decider``.)
 
-``count_responses`` wraps the whole app: every answer that no exchange
-recorded — the gateway's own errors (400, 404, 413, 502, 503, ...), refusals
-before a request is routed — is counted in ``prefixgate_requests_total``
-with replica ``none``, so the error panels see an outage, not a gap.
+Every other answer — the gateway's own errors (400, 404, 413, 502, 503,
+...), refusals before a request is routed, the gateway's own routes — is
+counted in ``prefixgate_requests_total`` by the front door, with replica
+``none`` (``gateway.request.front``), so the error panels see an outage, not
+a gap.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import orjson
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.ops.metrics import GatewayMetrics
-from gateway.request.exchange import MODEL, RECORDED, Exchange
+from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
 
 log = logging.getLogger("prefixgate.access")
@@ -35,7 +34,6 @@ class Recorder(Silent):
         self.policy_name = policy_name
 
     def on_complete(self, exchange: Exchange) -> None:
-        exchange.client.scope[RECORDED] = True
         m, outcome, request = self.metrics, exchange.outcome, exchange.request
         replica = outcome.replica_id or "none"
         m.requests.labels(exchange.model, replica, str(outcome.status)).inc()
@@ -68,42 +66,3 @@ class Recorder(Silent):
                 "ttft_s": round(outcome.ttft, 4) if outcome.ttft is not None else None,
                 "total_s": round(elapsed, 4), "error": outcome.error,
             }).decode())
-
-
-UNCOUNTED_PATHS = ("/health", "/ready", "/metrics", "/admin", "/dashboard", "/openapi.json")
-"""The gateway's own ops routes: not requests of the API, not in ``requests_total``."""
-
-
-class ResponseCounter:
-    """Wraps the app: counts each HTTP answer that no exchange recorded, by status."""
-
-    def __init__(self, app: ASGIApp, metrics: Callable[[], GatewayMetrics | None]) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"].startswith(UNCOUNTED_PATHS):
-            await self.app(scope, receive, send)
-            return
-        seen = _Status(send)
-        try:
-            await self.app(scope, receive, seen)
-        finally:
-            m = self.metrics()
-            if m is not None and seen.status and not scope.get(RECORDED):
-                m.requests.labels(scope.get(MODEL) or "none", "none", str(seen.status)).inc()
-
-
-class _Status:
-    """A ``send`` that remembers the status it started a response with."""
-
-    __slots__ = ("send", "status")
-
-    def __init__(self, send: Send) -> None:
-        self.send = send
-        self.status = 0
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            self.status = message["status"]
-        await self.send(message)

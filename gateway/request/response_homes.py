@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import orjson
 
-from gateway.auth.keys import GRANT
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
 from policies.lru import LRU
@@ -49,7 +48,7 @@ class Home:
 
 def owner_of(exchange: Exchange) -> str | None:
     """The caller's tenant when client keys are configured, else None (no owners)."""
-    grant = exchange.client.scope.get(GRANT)
+    grant = exchange.grant
     return grant.tenant if grant is not None else None
 
 
@@ -57,7 +56,7 @@ def named_response(exchange: Exchange) -> str | None:
     """The stored response a request names: the path's id, or ``previous_response_id``."""
     if exchange.route.kind != "responses":
         return None
-    named = exchange.client.path_params.get("response_id")
+    named = exchange.path_params.get("response_id")
     if named is None:
         named = exchange.data.get("previous_response_id")
     return named if isinstance(named, str) and named else None

@@ -1,7 +1,7 @@
-"""Everything one gateway instance holds, wired by ``create_app``.
+"""Everything one gateway instance holds, built at start-up (``gateway.server.start``).
 
-No module globals: the app owns one ``GatewayState``; routes reach it through
-the closure that built them. ``describe`` reduces an exchange's request to
+No module globals: the running gateway holds one ``GatewayState``; the front
+door and the routes are handed it when they are built. ``describe`` reduces an exchange's request to
 what routing needs (its KV blocks, from the model's ``PromptHasher``) and
 moves heavy prompt work off the event loop. What happens to the request
 after its decision is told to the proxy's lifecycle observers
@@ -18,27 +18,28 @@ from engine.pool.replicas import ReplicaPool
 from gateway.config import Settings
 from gateway.ops.metrics import GatewayMetrics
 from gateway.prompt.hashers import HasherSet
+from gateway.request.decider import Decider
 from gateway.request.exchange import Exchange
 from gateway.request.preparing import Preparing
 from gateway.request.proxy import Proxy
-from gateway.request.routing import Router
 from policies.types import RouteRequest
 
 
 class GatewayState:
-    def __init__(self, settings: Settings, pool: ReplicaPool, router: Router, proxy: Proxy,
+    def __init__(self, settings: Settings, pool: ReplicaPool, decider: Decider, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
-                 preparing: Preparing | None = None) -> None:
+                 preparing: Preparing | None = None,
+                 redis_status: Callable[[], dict[str, object]] | None = None) -> None:
         self.settings = settings
         self.pool = pool
-        self.router = router
+        self.decider = decider
         self.proxy = proxy
         self.metrics = metrics
         self.started_at = time.time()
         self.hashers = hashers
         self.preparing = preparing or Preparing()
         """Requests between arrival and decision (``gateway.request.preparing``)."""
-        self.redis_status: Callable[[], dict[str, object]] | None = None
+        self.redis_status = redis_status
         """The shared routing state's condition for ``/ready`` (``gateway.fleet.sync``),
         None without ``redis_url``."""
 
@@ -61,9 +62,9 @@ class GatewayState:
         """
         model, (kind, body) = exchange.model, exchange.prompt or ("", {})
         session_key, request_id = exchange.session_key, exchange.request_id
-        block_size = self.router.block_size(model)
+        block_size = self.decider.block_size(model)
         output = exchange.fields.max_tokens
-        if not self.router.policy.uses_prefix or exchange.prompt is None:
+        if not self.decider.policy.uses_prefix or exchange.prompt is None:
             return RouteRequest(model, (), 0, block_size, session_key, request_id, output)
         described = await self.hashers.get(model).analyse(model, body, kind, block_size,
                                                           session_key, request_id)

@@ -5,7 +5,9 @@ It takes an iterator of chunks and one completion hook (as starlette's
 told once how the stream ended (``RelayEnd``), whatever way it ends — after
 the last byte, on an upstream failure, or when the client goes away — and
 releases what the request acquired (the proxy's: the replica lease, the
-upstream response).
+upstream response). Its ``send`` is the server's own: the front door
+(``gateway.request.front``) puts no middleware between, so none of the
+chunks a busy gateway relays (thousands a second) passes through a wrapper.
 A disconnect is noticed by listening on ``receive`` while relaying, and it
 cancels the relay, which closes the upstream connection: vLLM then aborts
 the request and frees its KV blocks.
@@ -33,8 +35,6 @@ from engine.errors import EngineError
 from gateway.errors import error_body
 from gateway.request.drain import Drain
 
-RAW_SEND = "prefixgate.send"
-"""Scope key of the server's unwrapped ``send`` (set by ``gateway.server.app.GatewayApp``)."""
 
 def error_event(status: int, message: str, type_: str, code: str) -> bytes:
     """An OpenAI-shaped error as the last SSE event of a stream."""
@@ -95,7 +95,6 @@ class RelayStream(Response):
             self._relay_task.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body_send = scope.get(RAW_SEND, send)
         outcome: BaseException | None = None
         try:
             # The start and the first chunk go out from the handler's own task.
@@ -104,27 +103,24 @@ class RelayStream(Response):
             # replica's engine step releases at once, which is when a first
             # token arrives.
             with self.drain.tracking(self) if self.drain else contextlib.nullcontext():
-                await self._begin(send, body_send)
-                outcome = await self._relay_rest(receive, send, body_send)
+                await self._begin(send)
+                outcome = await self._relay_rest(receive, send)
         except BaseException as exc:
             outcome = exc
             raise
         finally:
             await self.on_complete(RelayEnd(outcome, self.first_sent_at))
 
-    async def _begin(self, send: Send, body_send: Send) -> None:
-        # The start goes through the middlewares (they note that a response
-        # began); the body chunks go straight to the server.
+    async def _begin(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         first = await anext(self.chunks, b"")
-        await body_send({"type": "http.response.body", "body": first, "more_body": True})
+        await send({"type": "http.response.body", "body": first, "more_body": True})
         self.first_sent_at = time.perf_counter()
 
-    async def _relay_rest(self, receive: Receive, send: Send,
-                          body_send: Send) -> BaseException | None:
+    async def _relay_rest(self, receive: Receive, send: Send) -> BaseException | None:
         """Relay the rest until it ends (its error, or None) or the client leaves."""
-        relay = self._relay_task = asyncio.ensure_future(self._relay(send, body_send))
+        relay = self._relay_task = asyncio.ensure_future(self._relay(send))
         if self._cut:
             relay.cancel()
         watcher = self.disconnected or asyncio.ensure_future(wait_disconnect(receive))
@@ -147,10 +143,10 @@ class RelayStream(Response):
             return StreamCut("the drain period is over")
         return ConnectionAbortedError("client disconnected")
 
-    async def _relay(self, send: Send, body_send: Send) -> None:
+    async def _relay(self, send: Send) -> None:
         try:
             async for chunk in self.chunks:
-                await body_send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
                                   "BadGatewayError", "upstream_stream_broken")

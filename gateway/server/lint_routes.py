@@ -11,9 +11,9 @@ an unknown model 404, a body nested deeper than ``MAX_DEPTH`` levels 400
 so it runs in a worker thread.
 
 ``/admin/drift`` shows positions, lengths and hashes; the changed text only
-with ``lint.text_samples`` on and for a caller ``admin_caller`` accepts: by
-default one admitted with an ``admin`` key (``gateway.auth.keys``; without
-``api_keys`` nobody is, so no text is shown). The tool names in each group's
+with ``lint.text_samples`` on and for a caller admitted with an ``admin`` key:
+with client keys every caller of ``/admin/*`` is one (``gateway.auth.keys``);
+without ``api_keys`` nobody is, so no text is shown. The tool names in each group's
 shape are prompt content too, and every tenant's: other callers see how many
 tools a group has and a keyed hash of their names, not the names.
 """
@@ -21,21 +21,19 @@ tools a group has and a keyed hash of their names, not the names.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from engine.tokenizer import RenderError
-from gateway.auth.keys import GRANT, Grant
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.jsonresp import JSONResponse
 from gateway.lint.service import LintService
 from gateway.lint.structure import MAX_DEPTH, deeper_than
+from gateway.request.body import read_body
 from gateway.request.schemas import ChatBody, parse_json, validate
 from gateway.request.state import GatewayState
-from gateway.server.routes import read_body
 
 MAX_BATCH = 1000
 
@@ -76,14 +74,10 @@ def check_depth(data: dict[str, Any]) -> None:
             raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
 
 
-def admin_key(request: Request) -> bool:
-    """Whether the request was admitted with an admin API key."""
-    grant = request.scope.get(GRANT)
-    return isinstance(grant, Grant) and grant.principal.admin
-
-
 def build_lint_router(state: GatewayState, service: LintService,
-                      admin_caller: Callable[[Request], bool] = admin_key) -> APIRouter:
+                      admin_keys: bool = False) -> APIRouter:
+    """``admin_keys``: client keys are on, so every caller of ``/admin/*`` holds an admin
+    key (``gateway.auth.keys``); without them nobody is an admin caller."""
     router = APIRouter()
 
     @router.post("/v1/prompt/lint")
@@ -98,7 +92,7 @@ def build_lint_router(state: GatewayState, service: LintService,
             validate(ChatBody, data)
             items = [data]
             model = lint_model(state, data.get("model"))
-        block_size = state.router.block_size(model)
+        block_size = state.decider.block_size(model)
         try:
             if batch:
                 report: Any = await asyncio.to_thread(service.lint_batch, model, items, block_size)
@@ -111,8 +105,8 @@ def build_lint_router(state: GatewayState, service: LintService,
         return JSONResponse({**report.to_json(), **notes})
 
     @router.get("/admin/drift")
-    async def admin_drift(request: Request) -> Response:
-        return JSONResponse(service.drift_report(include_text=admin_caller(request)),
+    async def admin_drift() -> Response:
+        return JSONResponse(service.drift_report(include_text=admin_keys),
                             headers={"cache-control": "no-store"})
 
     @router.get("/admin/lint")

@@ -1,7 +1,9 @@
 """``GET /openapi.json``: the gateway's routes, with the bodies they really take.
 
-The routed endpoints read the raw body themselves (the bytes are forwarded
-as sent), so FastAPI cannot see their shape; it is written here, as
+The relayed routes are served by the front door, not by FastAPI
+(``gateway.request.front``): they are documented as FastAPI documents a route
+(``DocumentedApi``). They read the raw body themselves (the bytes are
+forwarded as sent), so FastAPI cannot see its shape; it is written here, as
 OpenAI's API and vLLM's server define it: the fields the gateway reads for
 routing (``model``, ``messages``, ``prompt``, ``stream``, ``user``,
 ``cache_salt``, ``tools``, ``chat_template_kwargs``) and the common sampling
@@ -14,10 +16,16 @@ generates its requests from this document.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+
+from gateway.request.exchange import Route
 
 JSON = dict[str, Any]
 
@@ -104,8 +112,9 @@ BODIES = {"/v1/chat/completions": "ChatCompletionRequest",
 """The routes whose body is described above; other POST routes take ``JSONObject``."""
 
 
-def build_openapi(app: FastAPI) -> JSON:
-    schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+def build_openapi(app: FastAPI, relayed: Sequence[BaseRoute] = ()) -> JSON:
+    """``app``'s document, the ``relayed`` routes first (as the gateway matches them)."""
+    schema = get_openapi(title=app.title, version=app.version, routes=[*relayed, *app.routes])
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(SCHEMAS)
     error = {"description": "An OpenAI-shaped error",
@@ -120,12 +129,27 @@ def build_openapi(app: FastAPI) -> JSON:
     return schema
 
 
-def describe_bodies(app: FastAPI) -> None:
-    """Serve :func:`build_openapi` as ``app.openapi`` (built once, after start-up)."""
+def relayed_operation(route: Route) -> APIRoute:
+    """A relayed route as FastAPI documents one (its operation id: ``chat_post_...``).
+    Only the document reads it: the front door serves the route
+    (``gateway.request.front``), so its endpoint never runs."""
 
-    def openapi() -> JSON:
-        if app.openapi_schema is None:
-            app.openapi_schema = build_openapi(app)
-        return app.openapi_schema
+    async def endpoint(request: Request) -> Response:
+        raise NotImplementedError("relayed routes are served by gateway.request.front")
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    endpoint.__name__ = f"{route.kind}_{route.method.lower()}"
+    return APIRoute(route.path, endpoint, methods=[route.method])
+
+
+class DocumentedApi(FastAPI):
+    """FastAPI whose ``/openapi.json`` is :func:`build_openapi`: its own routes and the
+    ``relayed`` ones, with the bodies they really take (built once, when first asked)."""
+
+    def __init__(self, relayed: Sequence[Route], **options: Any) -> None:
+        super().__init__(**options)
+        self.relayed_operations = [relayed_operation(route) for route in relayed]
+
+    def openapi(self) -> JSON:
+        if self.openapi_schema is None:
+            self.openapi_schema = build_openapi(self, self.relayed_operations)
+        return self.openapi_schema

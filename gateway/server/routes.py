@@ -1,6 +1,5 @@
-"""The HTTP face: vLLM's OpenAI routes, relayed, and the gateway's own.
+"""The gateway's own API routes (FastAPI), beside the relayed ones.
 
-    every route of ``gateway.server.vllm_routes.ROUTES``   routed and relayed (``routed``)
     GET  /v1/models             every healthy replica's model entries, merged by id
     GET  /v1/models/{model}     one of them (OpenAI's ``models.retrieve``)
     GET  /version               vLLM's version (the first healthy replica's), the
@@ -9,64 +8,31 @@
     GET  /ready                 every configured model has a healthy replica
     GET  /metrics               Prometheus text
 
-Any other path is a 404 in OpenAI's error shape (``gateway.errors``).
+Any other path is a 404 in OpenAI's error shape (``gateway.errors``). The
+relayed routes (vLLM's: ``gateway.server.vllm_routes``) never get here: the
+front door serves them before FastAPI sees a request (``gateway.request.front``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
 from engine.errors import EngineError
-from gateway.errors import BodyTooLarge, ModelNotFound
+from gateway.errors import ModelNotFound
 from gateway.jsonresp import JSONResponse
 from gateway.ops.block_table import block_table_backend
-from gateway.request.dispatch import Dispatcher
-from gateway.request.exchange import Exchange, Route
-from gateway.request.forwarding import secret_test
 from gateway.request.state import GatewayState
-from gateway.server.vllm_routes import ROUTES
 from gateway.version import gateway_version
 
-log = logging.getLogger("prefixgate.access")
 
-
-async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def build_router(state: GatewayState, dispatch: Dispatcher) -> APIRouter:
+def build_router(state: GatewayState) -> APIRouter:
     router = APIRouter()
-    is_secret = secret_test(state.settings)
-
-    async def routed(request: Request, route: Route) -> Response:
-        """read -> parse -> decide (the lifecycle hears it) -> forward (and it hears the rest)."""
-        exchange = Exchange(request, route)
-        with state.preparing.request():  # what waits for the gateway's own time, waits
-            exchange.parse(await read_body(request, state.settings.max_body_bytes), is_secret)
-            await dispatch.decide(exchange)
-            state.proxy.lifecycle.decided(exchange)
-        return await state.proxy.forward(exchange)
-
-    for route in ROUTES:
-        router.add_api_route(route.path, _handler(routed, route), methods=[route.method])
 
     @router.get("/v1/models")
     async def models() -> Response:
@@ -109,16 +75,6 @@ def build_router(state: GatewayState, dispatch: Dispatcher) -> APIRouter:
         return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return router
-
-
-Routed = Callable[[Request, Route], Awaitable[Response]]
-
-
-def _handler(routed: Routed, route: Route) -> Callable[[Request], Awaitable[Response]]:
-    async def handle(request: Request) -> Response:
-        return await routed(request, route)
-    handle.__name__ = f"{route.kind}_{route.method.lower()}"
-    return handle
 
 
 def model_cards(state: GatewayState) -> list[dict[str, Any]]:

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from starlette.responses import Response, StreamingResponse
 
 from gateway.errors import GatewayError, PermissionDenied
-from gateway.server.lint_routes import admin_key
 from gateway.trace.writer import TraceWriter
 
 CHUNK_BYTES = 1 << 16
@@ -46,14 +45,16 @@ def trace_chunks(writer: TraceWriter) -> Iterator[bytes]:
                 yield chunk
 
 
-def build_trace_router(writer: TraceWriter | None) -> APIRouter:
+def build_trace_router(writer: TraceWriter | None, admin_keys: bool = False) -> APIRouter:
+    """``admin_keys``: client keys are on, so every caller of ``/admin/*`` holds an admin
+    key (``gateway.auth.keys``)."""
     router = APIRouter()
 
     @router.get("/admin/trace")
-    async def admin_trace(request: Request) -> Response:
+    async def admin_trace() -> Response:
         if writer is None:
             raise TraceOff("trace recording is off (set trace.path)")
-        if not admin_key(request):
+        if not admin_keys:
             raise PermissionDenied("the trace needs an admin key (api_keys); without client "
                                    "keys, read the file trace.path")
         return StreamingResponse(

@@ -1,6 +1,6 @@
 """The trace recorder: a lifecycle observer that hands each answered request to the writer.
 
-Registered in ``create_app`` when ``trace.path`` is set. It acts once per
+Registered at start-up (``gateway.server.parts.build_observers``) when ``trace.path`` is set. It acts once per
 exchange, when it is complete (``gateway.request.lifecycle``), and only for
 requests routed by their prompt that a replica answered (status 200): their
 arrival, prompt and completion tokens, the prompt's block hashes (keyed later,

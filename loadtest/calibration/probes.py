@@ -43,7 +43,7 @@ token, TPOT the time from the first token's arrival to the last's over the
 tokens after the first chunk (the client's ``ttft`` and ``token_tpot``), and
 ``cached_tokens`` the final usage's (vLLM needs
 ``--enable-prompt-tokens-details``; 0 when absent). A non-200 answer, a
-broken stream or one without tokens raises :class:`ProbeError`: a
+broken stream or one without tokens raises :class:`CalibrationProbeError`: a
 calibration with holes in it would fit nonsense.
 """
 
@@ -64,7 +64,7 @@ CACHED = "cached"
 DECODE = "decode"
 
 
-class ProbeError(RuntimeError):
+class CalibrationProbeError(RuntimeError):
     """A probe request failed; calibration stops rather than fit partial data."""
 
 
@@ -95,11 +95,12 @@ class StreamTiming:
 
 async def timed_completion(client: StreamClient, model: str, call: CompletionCall,
                            clock: Callable[[], float]) -> StreamTiming:
-    """Send ``call`` streamed and time its tokens; raises :class:`ProbeError` on failure."""
+    """Send ``call`` streamed and time its tokens; raises :class:`CalibrationProbeError` on
+    failure."""
     outcome = await client.stream_chat(model, call.chat_call(), clock, 0.0)
     record = outcome.record
     if record.error is not None or record.ttft is None:
-        raise ProbeError(record.error or "stream ended without a token")
+        raise CalibrationProbeError(record.error or "stream ended without a token")
     return StreamTiming(prompt_tokens=record.prompt_tokens or 0,
                         cached_tokens=record.cached_tokens or 0,
                         completion_tokens=record.completion_tokens or 0,
@@ -213,7 +214,7 @@ class Prober:
                 for probe in (PREFILL, CACHED):
                     timing = await self._send(call)
                     if probe == PREFILL and timing.cached_tokens:
-                        raise ProbeError(
+                        raise CalibrationProbeError(
                             f"a cold prompt had {timing.cached_tokens} cached tokens: the "
                             "target already saw this plan (restart it or change --seed)")
                     timings.append((probe, length, timing))
@@ -239,7 +240,8 @@ class Prober:
                 core = self._share(before)
                 tpots = tuple(t.tpot for t in timings if t.tpot is not None)
                 if len(tpots) != batch:
-                    raise ProbeError(f"decode trial of {batch} streams returned too few tokens")
+                    raise CalibrationProbeError(
+                        f"decode trial of {batch} streams returned too few tokens")
                 trials.append(DecodeSample(batch, repeat, tpots, core))
         return trials
 

@@ -111,7 +111,7 @@ async def test_a_leaving_replica_finishes_its_stream_then_leaves(
     async with LifespanManager(app, startup_timeout=60, shutdown_timeout=30) as manager, \
             httpx.AsyncClient(
             transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as http:
-        state = app.state.gateway
+        state = app.gateway
         pool = state.pool
         assert sorted(r.id for r in pool) == ["sim-127.0.0.2", "sim-127.0.0.3"]
         # openai annotates httpx2's client only, yet takes httpx's too (it checks for both)

@@ -39,9 +39,9 @@ from loadtest.calibration.probes import (
     CACHED,
     DECODE,
     PREFILL,
+    CalibrationProbeError,
     CompletionCall,
     DecodeSample,
-    ProbeError,
     ProbeResults,
     StreamTiming,
     timed_completion,
@@ -241,9 +241,9 @@ def test_ttft_and_tpot_follow_token_counts_not_text() -> None:
 
 
 def test_a_failed_or_empty_stream_raises() -> None:
-    with pytest.raises(ProbeError, match="HTTP 503: busy"):
+    with pytest.raises(CalibrationProbeError, match="HTTP 503: busy"):
         _time(_CannedReplica(503, b"busy"))
-    with pytest.raises(ProbeError, match="without content"):
+    with pytest.raises(CalibrationProbeError, match="without content"):
         _time(_CannedReplica(200, _sse([])))
 
 

@@ -124,10 +124,10 @@ async def registered(tmp_path: Path) -> dict[str, str]:
     app = create_app(settings, transport=lambda _: replica.transport())
     out: dict[str, str] = {}
     async with LifespanManager(app):
-        state = app.state.gateway
+        state = app.gateway
         # The Redis collector, as create_app registers it with redis_url set (built, never
         # connected: reading its counters needs no Redis).
-        fleet = FleetSync("redis://127.0.0.1:1/0", "docs-check:", state.pool, state.router.policy)
+        fleet = FleetSync("redis://127.0.0.1:1/0", "docs-check:", state.pool, state.decider.policy)
         for family in [*state.metrics.registry.collect(), *FleetCollector(fleet).collect()]:
             out[_exposed(family.name, family.type)] = family.type
     return out

@@ -37,7 +37,7 @@ async def gateway(replicas: list[FakeReplica], model: str | None = None,
 
 
 def pool_of(client: httpx.AsyncClient):
-    return client.app.state.gateway.pool  # type: ignore[attr-defined]
+    return client.app.gateway.pool  # type: ignore[attr-defined]
 
 
 def assert_openai_error(response: httpx.Response, status: int) -> dict:
@@ -176,16 +176,16 @@ async def test_a_gateway_fault_in_a_routed_request_is_a_json_500_and_the_next_on
     # Starlette re-raises to the server after answering (for its log), as
     # uvicorn expects; the test's in-process transport must not re-raise it.
     async with gateway([a], policy="round_robin", raise_app_exceptions=False) as client:
-        router = client.app.state.gateway.router  # type: ignore[attr-defined]
-        decide = router.decide
+        decider = client.app.gateway.decider  # type: ignore[attr-defined]
+        decide = decider.decide
 
         def broken(request):  # a bug in routing, not the client's fault
             raise RuntimeError("routing table corrupted")
-        router.decide = broken
+        decider.decide = broken
         with caplog.at_level("ERROR", logger="prefixgate.errors"):
             error = assert_openai_error(await client.post("/v1/chat/completions", json=CHAT), 500)
         assert error["type"] == "InternalServerError"
         assert "routing table corrupted" in caplog.text  # logged with its traceback
-        router.decide = decide
+        decider.decide = decide
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
     assert len(a.requests) == 1

@@ -17,8 +17,8 @@ from gateway.kv.lmeval import (
     parse_results,
     task_checks,
 )
-from gateway.kv.probe import Endpoint
 from gateway.kv.quality_cli import run as main
+from gateway.kv.quality_probe import Endpoint
 
 # The shape of lm-eval 0.4's results_<timestamp>.json (figures made up).
 RESULTS_BASE = {"results": {

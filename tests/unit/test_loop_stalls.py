@@ -9,7 +9,7 @@ import selectors
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from gateway.ops.loop_lag import GcPauses, LoopLagProbe
+from gateway.ops.loop_lag import GcPauses, LoopLagMeter
 
 from .fake_replica import FakeReplica
 from .test_gateway_core import CHAT, gateway
@@ -53,7 +53,7 @@ def test_a_blocked_loop_shows_as_lag_and_an_idle_one_does_not() -> None:
     loop = VirtualTimeLoop()
 
     async def main() -> None:
-        probe = LoopLagProbe(histogram, period=0.01)
+        probe = LoopLagMeter(histogram, period=0.01)
         probe.start()
         await asyncio.sleep(0.055)  # five wake-ups, each on time
         loop.hold(0.06)  # a handler that keeps the loop for 60 ms

@@ -79,7 +79,7 @@ async def test_a_down_replica_is_reported_with_its_error() -> None:
 
 async def test_lint_and_drift_hooks_show_up_sorted_and_capped() -> None:
     async with gateway([FakeReplica("a")]) as client:
-        view: OpsView = client.app.state.ops_view  # type: ignore[attr-defined]
+        view: OpsView = client.app.ops_view  # type: ignore[attr-defined]
         view.lint_provider = lambda: [LintFindingStat(f"kind{i}", count=i) for i in range(15)]
         view.drift_provider = lambda: [DriftNotice(at=100.0, model="m", kind="tools"),
                                        DriftNotice(at=200.0, model="m", kind="system_prompt",
@@ -107,7 +107,7 @@ async def test_dashboard_is_one_self_contained_page() -> None:
 async def test_metrics_carry_the_ops_series() -> None:
     a, b = FakeReplica("a"), FakeReplica("b", up=False)
     async with gateway([a, b]) as client:
-        state = client.app.state.gateway  # type: ignore[attr-defined]
+        state = client.app.gateway  # type: ignore[attr-defined]
         state.metrics.lint_findings.labels("timestamp_in_system_prompt").inc()
         state.metrics.prefix_drift_events.labels("m").inc(2)
         text = (await client.get("/metrics")).text
@@ -225,7 +225,7 @@ async def test_a_replica_that_publishes_no_capacity_gets_the_planners(tmp_path) 
     async with LifespanManager(app) as manager, httpx.AsyncClient(
             transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
         data = (await client.get("/admin/replicas")).json()
-        views = {v.id: v for v in app.state.gateway.pool.snapshot("m")}
+        views = {v.id: v for v in app.gateway.pool.snapshot("m")}
     rows = {r["id"]: r for r in data["replicas"]}
     assert expected > 1000
     assert (rows["a"]["capacity_blocks"], rows["a"]["capacity_source"]) == (expected, "plan")

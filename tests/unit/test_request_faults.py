@@ -33,7 +33,7 @@ class HungReplica(FakeReplica):
 
 
 def not_retried(client: httpx.AsyncClient, replica: str) -> float:
-    metrics = client.app.state.gateway.metrics  # type: ignore[attr-defined]
+    metrics = client.app.gateway.metrics  # type: ignore[attr-defined]
     return metrics.not_retried.labels(replica)._value.get()
 
 
@@ -54,7 +54,7 @@ async def test_a_request_a_replica_stopped_with_is_answered_at_once_not_sent_on(
         assert not_retried(client, "a") == 1
         # one stuck request on an otherwise idle replica is the request's: a stays in
         # rotation (its probes answer); several stuck at once are a wedged engine
-        pool = client.app.state.gateway.pool  # type: ignore[attr-defined]
+        pool = client.app.gateway.pool  # type: ignore[attr-defined]
         assert pool.get("a").healthy
         stuck = await asyncio.gather(*(
             client.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -70,7 +70,7 @@ async def test_a_request_waiting_on_a_replica_that_dies_after_working_goes_on_at
     one arrived, so this one did not stop it; it is sent to the next replica."""
     hung, good = HungReplica("a", hang_first=1), FakeReplica("b")
     async with gateway([hung, good], policy="round_robin") as client:
-        pool = client.app.state.gateway.pool  # type: ignore[attr-defined]
+        pool = client.app.gateway.pool  # type: ignore[attr-defined]
         stuck = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
         await eventually(lambda: hung.waiting == 1, what="a request waiting on a")
         others = await asyncio.gather(*(client.post("/v1/chat/completions", json=CHAT)

@@ -315,7 +315,7 @@ async def test_a_stored_response_whose_replica_is_out_of_rotation_is_a_503() -> 
     async with gateway([a, b], policy="round_robin") as client:
         first = await client.post("/v1/responses", json={"input": "hi"})
         home = first.headers["x-prefixgate-replica"]
-        client.app.state.gateway.pool.report_failure(home, "went away")  # type: ignore
+        client.app.gateway.pool.report_failure(home, "went away")  # type: ignore
         follow = await client.post("/v1/responses", json={
             "input": "and?", "previous_response_id": first.json()["id"]})
     assert error_of(follow, 503)["message"].startswith(f"replica {home}, which holds")

@@ -1,7 +1,7 @@
-"""From a parsed request to a routing decision, and what the policy learns after.
+"""The policy in the gateway: a parsed request's decision, and what the policy learns after.
 
-``Router.decide`` takes the pool's snapshot for the request's model, asks the
-policy, and counts and times the decision. The router also observes each
+``Decider.decide`` takes the pool's snapshot for the request's model, asks the
+policy, and counts and times the decision. The decider also observes each
 request's lifecycle (``gateway.request.lifecycle``) for the policy: an attempt
 ``sent`` to a replica puts the prompt's prefix on its way there
 (``Policy.sent``); that replica's first byte confirms it (``Policy.prefilled``); an attempt
@@ -23,7 +23,7 @@ from policies.base import Policy
 from policies.types import Decision, NoReplicaAvailable, RouteRequest
 
 
-class Router:
+class Decider:
     def __init__(self, pool: ReplicaPool, policy: Policy, metrics: GatewayMetrics,
                  retry_after: int = 1,
                  clock: Callable[[], float] = time.perf_counter) -> None:

@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from gateway.kv.gate import GateRule, decide
-from gateway.kv.probe import (
+from gateway.kv.quality_probe import (
     Endpoint,
-    ProbeClient,
-    ProbeError,
+    QualityProbeClient,
+    QualityProbeError,
     load_corpus,
     parse_choice,
-    run_probe,
+    run_quality_probe,
 )
 
 # Trimmed from a real vLLM 0.32 answer (SmolLM2, prompt_logprobs=0, return_token_ids).
@@ -52,7 +52,7 @@ def test_reads_vllm_prompt_logprobs() -> None:
 
 
 def test_an_endpoint_without_prompt_logprobs_is_named() -> None:
-    with pytest.raises(ProbeError, match="must be vLLM"):
+    with pytest.raises(QualityProbeError, match="must be vLLM"):
         parse_choice({"choices": [{"text": "hi"}]})
 
 
@@ -95,9 +95,9 @@ def transport(baseline: FakeVllm, candidate: FakeVllm) -> httpx.MockTransport:
 
 def test_mean_logprob_difference_perplexity_ratio_and_agreement() -> None:
     passages = load_corpus(per_language=1)
-    client = ProbeClient(transport=transport(FakeVllm(-2.0), FakeVllm(-2.1, frozenset({1}))))
-    result = run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand/v1", "m"),
-                       passages, continuation_tokens=4)
+    client = QualityProbeClient(transport=transport(FakeVllm(-2.0), FakeVllm(-2.1, frozenset({1}))))
+    result = run_quality_probe(client, Endpoint("http://base", "m"),
+                               Endpoint("http://cand/v1", "m"), passages, continuation_tokens=4)
     s = result.summary
     assert s.tokens == sum(len(p.text) - 1 for p in passages)
     assert s.mean_logprob_diff == pytest.approx(-0.1)
@@ -110,10 +110,11 @@ def test_mean_logprob_difference_perplexity_ratio_and_agreement() -> None:
 
 
 def test_endpoints_that_tokenize_differently_are_refused() -> None:
-    client = ProbeClient(transport=transport(FakeVllm(-2.0), FakeVllm(-2.0, shift_tokens=True)))
-    with pytest.raises(ProbeError, match="same model"):
-        run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
-                  load_corpus(per_language=1), continuation_tokens=4)
+    client = QualityProbeClient(
+        transport=transport(FakeVllm(-2.0), FakeVllm(-2.0, shift_tokens=True)))
+    with pytest.raises(QualityProbeError, match="same model"):
+        run_quality_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
+                          load_corpus(per_language=1), continuation_tokens=4)
 
 
 def test_an_emulation_fingerprint_marks_the_result() -> None:
@@ -124,9 +125,9 @@ def test_an_emulation_fingerprint_marks_the_result() -> None:
             body["system_fingerprint"] = "prefixgate-kv-emulation:fp8"
             return httpx.Response(200, json=body)
 
-    client = ProbeClient(transport=transport(FakeVllm(-2.0), Emulated(-2.0)))
-    result = run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
-                       load_corpus(per_language=1)[:1], continuation_tokens=4)
+    client = QualityProbeClient(transport=transport(FakeVllm(-2.0), Emulated(-2.0)))
+    result = run_quality_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
+                               load_corpus(per_language=1)[:1], continuation_tokens=4)
     assert result.emulation
 
 
@@ -135,12 +136,12 @@ def test_an_endpoint_against_itself_drops_only_its_noise_floor() -> None:
     # token in four (prefill and decode kernels differ): judged against itself, the
     # raw agreement is 75%, and all of it is noise.
     noisy = FakeVllm(-2.0, frozenset({2}))
-    client = ProbeClient(transport=transport(noisy, noisy))
+    client = QualityProbeClient(transport=transport(noisy, noisy))
     seen: list[tuple[int, int]] = []
     passages = load_corpus(per_language=1)
-    result = run_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
-                       passages, continuation_tokens=4,
-                       progress=lambda done, total, score: seen.append((done, total)))
+    result = run_quality_probe(client, Endpoint("http://base", "m"), Endpoint("http://cand", "m"),
+                               passages, continuation_tokens=4,
+                               progress=lambda done, total, score: seen.append((done, total)))
     assert seen == [(i, len(passages)) for i in range(1, len(passages) + 1)]
     s = result.summary
     assert s.greedy_agreement == pytest.approx(3 / 4) and s.floor_agreement == pytest.approx(3 / 4)

@@ -60,7 +60,7 @@ CORPUS_DIR = Path(__file__).with_name("corpus")
 EMULATION_MARK = "emulation"
 
 
-class ProbeError(RuntimeError):
+class QualityProbeError(RuntimeError):
     """An endpoint answered something the probe cannot use (the message says what)."""
 
 
@@ -87,7 +87,7 @@ def load_corpus(folder: Path = CORPUS_DIR, per_language: int | None = None) -> t
                 lines.append(line)
         passages += found[:per_language] if per_language else found
     if not passages:
-        raise ProbeError(f"no passages in {folder}")
+        raise QualityProbeError(f"no passages in {folder}")
     return tuple(passages)
 
 
@@ -119,19 +119,20 @@ class Scored:
 
 
 def parse_choice(body: Mapping[str, Any]) -> Scored:
-    """vLLM's completion answer -> :class:`Scored`; :class:`ProbeError` when a field is missing."""
+    """vLLM's completion answer -> :class:`Scored`; :class:`QualityProbeError` when a field
+    is missing."""
     try:
         choice = body["choices"][0]
         ids = tuple(int(t) for t in choice["prompt_token_ids"])
         entries = choice["prompt_logprobs"]
     except (KeyError, IndexError, TypeError):
-        raise ProbeError("the answer has no prompt_logprobs / prompt_token_ids: the endpoint "
-                         "must be vLLM (or speak its extensions)") from None
+        raise QualityProbeError("the answer has no prompt_logprobs / prompt_token_ids: the "
+                                "endpoint must be vLLM (or speak its extensions)") from None
     logprobs: list[float] = []
     top1: list[int | None] = []
     for token, entry in zip(ids[1:], entries[1:]):
         if not entry or str(token) not in entry:
-            raise ProbeError(f"prompt_logprobs has no entry for token {token}")
+            raise QualityProbeError(f"prompt_logprobs has no entry for token {token}")
         logprobs.append(float(entry[str(token)]["logprob"]))
         top1.append(next((int(k) for k, v in entry.items() if v.get("rank") == 1), None))
     return Scored(ids, tuple(logprobs), tuple(top1), tuple(int(t) for t in choice.get("token_ids")
@@ -139,7 +140,7 @@ def parse_choice(body: Mapping[str, Any]) -> Scored:
                   str(choice.get("text", "")), str(body.get("system_fingerprint") or ""))
 
 
-class ProbeClient:
+class QualityProbeClient:
     """Synchronous HTTP to the two endpoints (a CLI, not the gateway's event loop)."""
 
     def __init__(self, timeout: float = 300.0,
@@ -158,10 +159,10 @@ class ProbeClient:
         try:
             answer = self.http.post(endpoint.completions_url, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            raise ProbeError(f"{endpoint.completions_url}: {exc}") from None
+            raise QualityProbeError(f"{endpoint.completions_url}: {exc}") from None
         if answer.status_code != 200:
-            raise ProbeError(f"{endpoint.completions_url} answered {answer.status_code}: "
-                             f"{answer.text[:300]}")
+            raise QualityProbeError(f"{endpoint.completions_url} answered {answer.status_code}: "
+                                    f"{answer.text[:300]}")
         return parse_choice(answer.json())
 
 
@@ -187,7 +188,7 @@ class PassageScore:
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeSummary:
+class QualityProbeSummary:
     tokens: int
     mean_logprob_baseline: float
     mean_logprob_candidate: float
@@ -234,14 +235,14 @@ class ProbeSummary:
                                 "perplexity_ratio": self.floor_perplexity_ratio}}
 
 
-def summarize(scores: Iterable[PassageScore]) -> ProbeSummary:
+def summarize(scores: Iterable[PassageScore]) -> QualityProbeSummary:
     scores = list(scores)
     tokens = sum(s.tokens for s in scores)
     total = sum(s.agreement_total for s in scores)
     if not tokens or not total:
-        raise ProbeError("nothing was scored")
+        raise QualityProbeError("nothing was scored")
     floor_total = sum(s.floor_total for s in scores)
-    return ProbeSummary(
+    return QualityProbeSummary(
         tokens=tokens,
         mean_logprob_baseline=sum(s.baseline_logprob for s in scores) / tokens,
         mean_logprob_candidate=sum(s.candidate_logprob for s in scores) / tokens,
@@ -254,7 +255,7 @@ def summarize(scores: Iterable[PassageScore]) -> ProbeSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class ProbeResult:
+class QualityProbeResult:
     passages: tuple[PassageScore, ...]
     baseline_fingerprint: str
     candidate_fingerprint: str
@@ -265,10 +266,10 @@ class ProbeResult:
                                                  self.candidate_fingerprint))
 
     @property
-    def summary(self) -> ProbeSummary:
+    def summary(self) -> QualityProbeSummary:
         return summarize(self.passages)
 
-    def by_language(self) -> dict[str, ProbeSummary]:
+    def by_language(self) -> dict[str, QualityProbeSummary]:
         languages = sorted({p.language for p in self.passages})
         return {lang: summarize(p for p in self.passages if p.language == lang)
                 for lang in languages}
@@ -290,15 +291,15 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def score_passage(client: ProbeClient, baseline: Endpoint, candidate: Endpoint,
+def score_passage(client: QualityProbeClient, baseline: Endpoint, candidate: Endpoint,
                   passage: Passage, continuation_tokens: int) -> tuple[PassageScore, str, str]:
     base = client.complete(baseline, passage.text, continuation_tokens, 0)
     cand = client.complete(candidate, passage.text, continuation_tokens, 0)
     if base.prompt_ids != cand.prompt_ids:
-        raise ProbeError("baseline and candidate tokenize the corpus differently: they must "
-                         "serve the same model")
+        raise QualityProbeError("baseline and candidate tokenize the corpus differently: they "
+                                "must serve the same model")
     if not base.continuation:
-        raise ProbeError("the baseline generated nothing (token_ids empty)")
+        raise QualityProbeError("the baseline generated nothing (token_ids empty)")
     forced = client.complete(candidate, [*base.prompt_ids, *base.continuation], 1, 1)
     tail = forced.top1[len(base.prompt_ids) - 1:]
     hits = sum(1 for want, got in zip(base.continuation, tail) if got == want)
@@ -320,9 +321,9 @@ Progress = Callable[[int, int, PassageScore], None]
 """``(passages done, passages in all, the last one's score)``, after each passage."""
 
 
-def run_probe(client: ProbeClient, baseline: Endpoint, candidate: Endpoint,
-              passages: Sequence[Passage], continuation_tokens: int = 32,
-              progress: Progress | None = None) -> ProbeResult:
+def run_quality_probe(client: QualityProbeClient, baseline: Endpoint, candidate: Endpoint,
+                      passages: Sequence[Passage], continuation_tokens: int = 32,
+                      progress: Progress | None = None) -> QualityProbeResult:
     scores: list[PassageScore] = []
     prints = ("", "")
     for passage in passages:
@@ -332,4 +333,4 @@ def run_probe(client: ProbeClient, baseline: Endpoint, candidate: Endpoint,
         prints = (base_print, cand_print)
         if progress is not None:
             progress(len(scores), len(passages), score)
-    return ProbeResult(tuple(scores), *prints)
+    return QualityProbeResult(tuple(scores), *prints)

@@ -1,0 +1,21 @@
+"""A request's body, read whole and bounded (``max_body_bytes``): too large is a 413."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from gateway.errors import BodyTooLarge
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body is {declared} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

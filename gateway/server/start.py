@@ -1,0 +1,154 @@
+"""The running gateway: its parts built, started in order, stopped in reverse.
+
+:func:`start_gateway` is what the app's lifespan runs (``gateway.server.app``).
+It builds each part with what it needs (``gateway.server.parts``), starts
+the ones with a life of their own, and registers each one's stop as it
+starts, so the gateway stops in the reverse order, and a start-up that fails
+half-way stops what had started::
+
+    in-process engines    kind: inprocess replicas, their KV endpoints filled in
+    pool                  every replica's backend, probe loops, leases, breakers
+    hashers               the prompt's blocks, one hasher per model
+    fleet                 the state shared through Redis (redis_url), or none
+    metrics, decider      every series; the policy, asked and taught
+    linter                the prompt linter (its routes, and live traffic when on)
+    trace                 the recorded traffic (trace.path), or none
+    proxy, lifecycle      forwarding, and who hears each request: the decider,
+                          response homes, the recorder, fleet, live linter, trace
+    state, ops view       what the routes read
+    discovery             replicas from DNS (replicas_from)
+    start:                pool, discovery, fleet, tokenizers, counters at zero,
+                          ops sampler, loop-lag meter, live linter, GC pauses,
+                          KV feed
+    api, front door       the gateway's own routes; every request's entry
+    start:                the replicas' report, start-up objects frozen, trace,
+                          the key file watched, the keys' limits shared
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from engine.pool.discovery import Resolver
+from gateway.auth.keys import KeyStore, watching
+from gateway.auth.shared import sharing
+from gateway.config import Settings
+from gateway.fleet.sync import fleet_of
+from gateway.lint.suggest import SUGGESTIONS
+from gateway.ops.loop_lag import GcPauses, LoopLagMeter
+from gateway.ops.metrics import GatewayMetrics
+from gateway.ops.sampler import OpsSampler
+from gateway.ops.stats import OpsStats
+from gateway.ops.view import OpsView
+from gateway.replicas.inprocess import start_inprocess
+from gateway.replicas.kv_feed import KVFeed
+from gateway.replicas.sources import TransportFactory, build_discovery, follow_events
+from gateway.replicas.watch import ReplicaWatch
+from gateway.request.decider import Decider
+from gateway.request.dispatch import Dispatcher
+from gateway.request.drain import Drain
+from gateway.request.front import Front
+from gateway.request.lifecycle import Lifecycle
+from gateway.request.preparing import Preparing
+from gateway.request.proxy import Proxy
+from gateway.request.response_homes import ResponseHomes
+from gateway.request.route_table import RouteTable
+from gateway.request.state import GatewayState
+from gateway.server.api import build_api
+from gateway.server.live_lint import LiveLint
+from gateway.server.parts import (
+    build_hashers,
+    build_lint,
+    build_observers,
+    build_ops_view,
+    build_pool,
+    discover_tokenizers,
+    register_collectors,
+    replica_transports,
+    startup_frozen,
+)
+from gateway.server.vllm_routes import ROUTES
+from gateway.trace.setup import build_trace
+from policies.base import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """The running gateway, as its app serves it."""
+
+    front: Front
+    """Every HTTP request's entry (``gateway.request.front``)."""
+    state: GatewayState
+    ops_view: OpsView
+
+
+@contextlib.asynccontextmanager
+async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | None,
+                        drain: Drain, transport: TransportFactory | None,
+                        resolver: Resolver) -> AsyncIterator[Serving]:
+    async with contextlib.AsyncExitStack() as stack:
+        live, engines = await start_inprocess(settings, stack)
+        transports = replica_transports(engines, transport)
+        pool = build_pool(live, transports)
+        hashers = build_hashers(live)
+        stack.push_async_callback(hashers.aclose)
+        fleet = fleet_of(live, pool, policy)
+        metrics = GatewayMetrics(pool)
+        decider = Decider(pool, policy, metrics, retry_after=live.retry_after_seconds)
+        lint = build_lint(live, hashers, metrics)
+        preparing = Preparing()  # requests before their decision: the linter waits for them
+        live_lint = LiveLint(lint, metrics, preparing) if live.lint.enabled else None
+        trace = build_trace(live.trace, policy.name)
+        register_collectors(metrics, pool, hashers, lint, keys, fleet, trace)
+        homes = ResponseHomes()
+        lifecycle = Lifecycle(build_observers(decider, homes, metrics, policy, fleet,
+                                              live_lint, trace))
+        proxy = Proxy(pool, metrics, live.max_attempts, lifecycle,
+                      timeouts=live.timeouts.engine(), drain=drain)
+        state = GatewayState(live, pool, decider, proxy, metrics, hashers, preparing,
+                             redis_status=fleet.status if fleet is not None else None)
+        ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
+        ops_view = build_ops_view(pool, policy, ops_sampler, lint, hashers, fleet)
+        discovery = build_discovery(live, pool, transports, resolver)
+
+        await pool.start()
+        stack.push_async_callback(pool.aclose)
+        await discovery.start()
+        stack.push_async_callback(discovery.aclose)
+        if fleet is not None:  # a restarted instance starts from the shared state
+            await fleet.start()
+            stack.push_async_callback(fleet.aclose)
+        await discover_tokenizers(hashers, pool, policy)
+        metrics.start_at_zero(SUGGESTIONS if live.lint.enabled else ())
+        ops_sampler.start()
+        stack.push_async_callback(ops_sampler.aclose)
+        loop_lag = LoopLagMeter(metrics.loop_lag_seconds)
+        loop_lag.start()
+        stack.push_async_callback(loop_lag.aclose)
+        if live_lint is not None:
+            live_lint.start()
+            stack.push_async_callback(asyncio.to_thread, live_lint.close)
+        gc_pauses = GcPauses(metrics.gc_pause_seconds)
+        gc_pauses.start()
+        stack.callback(gc_pauses.stop)
+        kv_feed = KVFeed(live, pool, policy)
+        await follow_events(discovery, live, kv_feed)
+        kv_feed.start()
+        stack.push_async_callback(kv_feed.aclose)
+
+        api = build_api(state, ops_view, lint, trace.writer if trace else None,
+                        admin_keys=keys is not None)
+        front = Front(api, RouteTable(ROUTES), state, Dispatcher(state, homes), drain, keys,
+                      live.metrics_auth)
+        # "ready", or "waiting for replicas" (and which cannot be reached)
+        ReplicaWatch(pool, policy.name, f"http://{live.host}:{live.port}/v1").report()
+        stack.enter_context(startup_frozen())
+        if trace is not None:
+            trace.writer.start()  # what is queued at the end is written, off the loop
+            stack.push_async_callback(asyncio.to_thread, trace.writer.stop)
+        await stack.enter_async_context(watching(keys, live.api_keys_reload_seconds))
+        await stack.enter_async_context(sharing(keys, live.redis_url, live.redis_key_prefix))
+        yield Serving(front, state, ops_view)
