@@ -144,14 +144,25 @@ class PrefixCache:
         return allocated
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """Drop one reference each; blocks that reach zero join the free queue
-        tail in the given order (pass a request's blocks reversed)."""
+        """Drop one reference each; blocks that reach zero rejoin the free queue
+        in the given order (pass a request's blocks reversed): cached blocks at
+        its tail (evicted last: LRU), blocks with no hash -- a partial last
+        block holds nothing a later request can hit -- at its head, reused
+        first, as vLLM 0.32's ``BlockPool.free_blocks`` does (``prepend_n``).
+        Queued at the tail they would push a cached block out per request."""
+        reuse_first: list[int] = []
         for block_id in block_ids:
             self._ref_count[block_id] -= 1
             if self._ref_count[block_id] < 0:
                 raise RuntimeError(f"block {block_id} released more often than acquired")
             if self._ref_count[block_id] == 0:
-                self._free[block_id] = None
+                if self._hash_of[block_id] is None:
+                    reuse_first.append(block_id)
+                else:
+                    self._free[block_id] = None
+        for block_id in reversed(reuse_first):
+            self._free[block_id] = None
+            self._free.move_to_end(block_id, last=False)
 
     def commit(
         self,
