@@ -4,7 +4,8 @@
         --duration 600 --out model.json
 
 Reads each replica's ``/metrics`` every ``--interval`` seconds for
-``--duration`` seconds (Ctrl-C ends it early and fits what was read) while
+``--duration`` seconds (Ctrl-C or SIGTERM ends it early and fits what was
+read: a job runner or ``timeout`` stops it with SIGTERM) while
 the replicas serve their traffic, fits the simulator's three step parameters
 (``gateway.replay.fit``) and writes the model file ``prefixgate replay
 --latency-model`` and ``prefixgate sim --latency-model`` take
@@ -20,10 +21,13 @@ Exit status 0; 2 when nothing could be read or there was nothing to fit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
@@ -91,6 +95,23 @@ def read_replicas(urls: Sequence[str], duration: float, interval: float,
     return readings
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the reading as Ctrl-C does (main thread only; restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def save_readings(readings: dict[str, list[Reading]], path: Path) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for replica, series in readings.items():
@@ -147,7 +168,9 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     else:
         log(f"reading {len(args.replica)} replica(s) every {args.interval:g} s for "
             f"{args.duration:g} s")
-        readings = read_replicas(args.replica, args.duration, args.interval, args.api_key, log)
+        with sigterm_interrupts():
+            readings = read_replicas(args.replica, args.duration, args.interval, args.api_key,
+                                     log)
     if args.save_readings:
         save_readings(readings, args.save_readings)
     try:

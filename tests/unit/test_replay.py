@@ -8,7 +8,9 @@ simulator's own vLLM metrics inside the replay (``readings_every_s``).
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -145,6 +147,17 @@ def test_a_request_longer_than_the_kv_cache_is_refused_not_stuck() -> None:
     assert outcome.rejected == 1 and outcome.completed == 1
 
 
+def test_a_replica_caches_in_all_but_vllms_null_block() -> None:
+    # vLLM refuses a context longer than (num_gpu_blocks - 1) * block_size: one block
+    # of num_gpu_blocks is its null block. A replay of --blocks N does the same.
+    fits = ReplayItem(0, 0.0, 7 * 16 - 10, 10, ())
+    too_long = ReplayItem(1, 0.1, 8 * 16 - 10, 10, ())
+    outcome = replay(Workload((fits, too_long), 16, "m"), spec(1, num_blocks=8))
+    assert outcome.rejected == 1 and outcome.completed == 1
+    with pytest.raises(ValueError, match="null block"):
+        spec(1, num_blocks=1)
+
+
 # -- the search ----------------------------------------------------------------------
 
 
@@ -268,6 +281,22 @@ def test_fit_from_saved_readings_writes_a_model_the_simulator_takes(tmp_path: Pa
                                                           "--block-size", "32"]))
     assert config.step_overhead_s == fitted.params.step_overhead_s
     assert (config.block_size, config.num_blocks) == (32, fitted.num_blocks)
+
+
+def test_sigterm_ends_a_live_fit_as_ctrl_c_does() -> None:
+    # A job runner (or the validation harness) stops `prefixgate fit` with SIGTERM: the
+    # readings so far are kept and fitted, not lost with the process.
+    logged: list[str] = []
+
+    def terminated(seconds: float) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with fit_cli.sigterm_interrupts():
+        readings = fit_cli.read_replicas([], duration=3600, interval=1.0, api_key=None,
+                                         log=logged.append, sleep=terminated)
+    assert readings == {} and any("interrupted" in line for line in logged)
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 # -- the command ---------------------------------------------------------------------
