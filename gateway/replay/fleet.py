@@ -24,9 +24,11 @@ and nothing is shared; what is faithful is kept:
   unconfirmed-prefill queue (``engine.pool.prefill.PrefillQueue``, drained at
   the pool's assumed speed), the KV usage as of the last scrape.
 
-What is left out: the gateway's and the network's own time (microseconds to
-a few milliseconds a request against the engine's tens to thousands), other
-clients of the replicas, failures. A live check of one answer is a
+What is outside the engines: a request's time outside the engine's steps
+(the serving front, the gateway and its hop) is the latency model's
+``request_overhead_s``, added to every TTFT and answer end as the caller
+would see them; the engines and the policy run on the engines' own clock.
+Left out: other clients of the replicas, failures. A live check of one answer is a
 ``loadtest`` run of the same trace against ``prefixgate sim --latency-model``
 replicas (docs: Capacity planning).
 
@@ -288,6 +290,7 @@ class _Fleet:
         self.workload = workload
         self.spec = spec
         self.progress = progress
+        self.overhead = spec.latency.request_overhead_s
         self.clock = ManualClock()
         if spec.policy == RECORDED:
             self.policy: Policy = RecordedRouting.for_workload(workload, spec.replicas)
@@ -373,19 +376,20 @@ class _Fleet:
 
     def first_token(self, flight: _Flight, now: float) -> None:
         item = flight.item
-        self.ttft[item.index] = now - item.arrival
+        ttft = now - item.arrival + self.overhead
+        self.ttft[item.index] = ttft
         request = flight.engine_request
         self.cached[item.index] = max(request.num_cached_tokens, 0) if request else 0
         if item.stream:
             self._prefilled(flight, now)
         limit = self.spec.ttft_limit_s
-        if limit is not None and now - item.arrival >= limit:
+        if limit is not None and ttft >= limit:
             self.slow += 1
             if self.slow > self.slow_allowed:
                 self.stopped = True
 
     def finished(self, flight: _Flight, now: float) -> None:
-        self.finish[flight.item.index] = now
+        self.finish[flight.item.index] = now + self.overhead
         if not flight.item.stream:  # the gateway learns at the whole answer
             self._prefilled(flight, now)
         flight.replica.inflight -= 1

@@ -24,6 +24,7 @@ from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capac
 from gateway.replay.fit import fit_latency, windows
 from gateway.replay.fleet import FleetSpec, replay, replay_with_readings
 from gateway.replay.outcome import ReplayOutcome
+from gateway.replay.scrape import Reading
 from gateway.replay.search import Question, Replays, smallest_meeting
 from gateway.replay.workload import ReplayItem, Workload, build_workload, nearest_rank
 from gateway.trace.format import TraceLine
@@ -281,6 +282,42 @@ def test_fit_from_saved_readings_writes_a_model_the_simulator_takes(tmp_path: Pa
                                                           "--block-size", "32"]))
     assert config.step_overhead_s == fitted.params.step_overhead_s
     assert (config.block_size, config.num_blocks) == (32, fitted.num_blocks)
+
+
+def test_time_outside_the_steps_is_fitted_and_added_to_every_ttft() -> None:
+    # The replicas' TTFT is their queue and prefill time plus the serving front (none in
+    # the simulator); the gateway's trace adds its own part. A replay adds the sum.
+    workload = varied_load()
+    truth = spec(1, latency=model(blocks=20000), num_blocks=20000, readings_every_s=5.0)
+    _, readings = replay_with_readings(workload, truth)
+    plain = fit_latency(readings, max_num_batched_tokens=2048)
+    # ~0: prefill time is observed when a request ends, TTFT at its first token, so a
+    # window can hold one without the other.
+    assert plain.front_s == pytest.approx(0.0, abs=1e-3) and plain.gateway_s is None
+    replicas_ttft = plain.check()["mean_ttft_s"]
+    assert replicas_ttft
+    fit = fit_latency(readings, max_num_batched_tokens=2048, gateway_ttft_s=replicas_ttft + 0.04)
+    assert fit.gateway_s == pytest.approx(0.04)
+    assert fit.model.request_overhead_s == pytest.approx(0.04 + fit.front_s)
+    assert LatencyModel.from_dict(fit.model.as_dict()) == fit.model
+    without = replay(workload, spec(1, latency=plain.model, num_blocks=20000))
+    with_it = replay(workload, spec(1, latency=fit.model, num_blocks=20000))
+    added = fit.model.request_overhead_s - plain.model.request_overhead_s
+    for name in ("ttft_p50_s", "ttft_p99_s", "ttft_mean_s"):
+        assert getattr(with_it, name) == pytest.approx(getattr(without, name) + added), name
+    assert (with_it.hit_rate, with_it.tpot_p50_s) == (without.hit_rate, without.tpot_p50_s)
+
+
+def test_the_gateways_ttft_is_read_from_the_trace_lines_of_the_readings_span(
+        tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    lines = [TraceLine(at_ms, 100, 5, (), 16, ttft_ms=ttft)
+             for at_ms, ttft in ((999_000, 900.0), (1_000_500, 100.0), (1_009_000, 300.0),
+                                 (1_011_000, 900.0))]
+    trace.write_bytes(b"".join(line.encode() for line in lines))
+    readings = {"r0": [Reading(1000.0, {}), Reading(1010.0, {})]}
+    assert fit_cli.gateway_ttft([trace], readings) == pytest.approx(0.2)
+    assert fit_cli.gateway_ttft([trace], {"r0": []}) is None
 
 
 def test_sigterm_ends_a_live_fit_as_ctrl_c_does() -> None:
