@@ -57,9 +57,13 @@ def block_hash(parent: int, token_ids: Sequence[int], cache_salt: str | None = N
 class PrefixCache:
     """Fixed pool of reference-counted blocks with an LRU free queue."""
 
-    def __init__(self, num_blocks: int, block_size: int, seed: int = 0) -> None:
+    def __init__(self, num_blocks: int, block_size: int, seed: int = 0,
+                 record_events: bool = True) -> None:
+        """``record_events=False``: no KV events are kept (nobody subscribes: a replay whose
+        policy does not learn from them skips building one per stored and evicted block)."""
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
+        self.record_events = record_events
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.root = root_hash(seed)
@@ -184,6 +188,8 @@ class PrefixCache:
             self._hash_of[block_id] = value
             self._cached.setdefault(value, {})[block_id] = None
             new_hashes.append(value)
+        if not self.record_events:
+            return num_full_blocks
         self._events.append(
             StoredBlocks(
                 block_hashes=tuple(new_hashes),
@@ -205,7 +211,8 @@ class PrefixCache:
         for block_id in range(self.num_blocks):
             self._hash_of[block_id] = None
         self._cached.clear()
-        self._events.append(ClearedAll())
+        if self.record_events:
+            self._events.append(ClearedAll())
         return True
 
     def _evict(self, block_id: int) -> None:
@@ -217,4 +224,5 @@ class PrefixCache:
         del holders[block_id]
         if not holders:
             del self._cached[value]
-        self._events.append(RemovedBlocks(block_hashes=(value,)))
+        if self.record_events:
+            self._events.append(RemovedBlocks(block_hashes=(value,)))

@@ -192,7 +192,9 @@ class _Replica:
         self.metrics = SimMetrics(reported) if spec.readings_every_s else None
         observer: EngineObserver = (self.counters if self.metrics is None
                                     else _Both(self.counters, self.metrics))
-        self.engine = Engine(config, PrefixCache(config.num_blocks, config.block_size),
+        cache = PrefixCache(config.num_blocks, config.block_size,
+                            record_events=publish is not None)
+        self.engine = Engine(config, cache,
                              observer=observer, publish=publish, wall_clock=clock)
         self.step: ScheduledStep | None = None
         self.prefill = PrefillQueue()

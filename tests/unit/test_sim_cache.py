@@ -125,6 +125,17 @@ def test_a_freed_partial_block_is_reused_before_any_cached_block_is_evicted() ->
     assert len(cache.lookup(hashes, len(tokens))) == 2
 
 
+def test_without_a_subscriber_no_events_are_kept_and_the_cache_works_the_same() -> None:
+    quiet = PrefixCache(num_blocks=2, block_size=BS, record_events=False)
+    tokens = list(range(8))
+    blocks = store(quiet, tokens)
+    assert len(quiet.lookup(hashes_of(quiet, tokens), 9)) == 2
+    quiet.release(list(reversed(blocks)))
+    assert quiet.allocate(2) is not None and not quiet.is_cached(hashes_of(quiet, tokens)[0])
+    quiet.release(list(range(2)))
+    assert quiet.reset() and quiet.take_events() == []
+
+
 def test_commit_records_block_stored_with_parent_tokens_and_salt() -> None:
     cache = PrefixCache(num_blocks=8, block_size=BS)
     tokens = list(range(13))
