@@ -118,18 +118,20 @@ def _same_direction(real: float, predicted: float, flat: float) -> bool:
 def what_if_checks(scenario: str, real_base: Figures, real: Figures, sim_base: Figures,
                    sim: Figures) -> list[Check]:
     out = []
-    if None not in (real_base.hit_rate, real.hit_rate, sim_base.hit_rate, sim.hit_rate):
-        real_delta = real.hit_rate - real_base.hit_rate  # type: ignore[operator]
-        predicted_delta = sim.hit_rate - sim_base.hit_rate  # type: ignore[operator]
+    hits = (real_base.hit_rate, real.hit_rate, sim_base.hit_rate, sim.hit_rate)
+    if hits[0] is not None and hits[1] is not None and hits[2] is not None \
+            and hits[3] is not None:
+        real_delta = hits[1] - hits[0]
+        predicted_delta = hits[3] - hits[2]
         out.append(Check(scenario, "hit rate change (points)", real_delta, predicted_delta,
                          f"within {HIT_POINTS * 100:g} points",
                          abs(predicted_delta - real_delta) <= HIT_POINTS + 1e-12,
                          _same_direction(real_delta, predicted_delta, FLAT_POINTS)))
     for metric, label in METRICS[1:]:
-        values = (real_base.get(metric), real.get(metric), sim_base.get(metric), sim.get(metric))
-        if any(v is None or v <= 0 for v in values):
+        rb, r, sb, s = (real_base.get(metric), real.get(metric), sim_base.get(metric),
+                        sim.get(metric))
+        if not (rb and r and sb and s):
             continue
-        rb, r, sb, s = values  # type: ignore[misc]
         real_ratio, predicted_ratio = r / rb, s / sb
         out.append(Check(scenario, f"{label} ratio to base", real_ratio, predicted_ratio,
                          f"within {TTFT_SHARE:.0%} of the real ratio",
