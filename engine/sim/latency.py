@@ -3,7 +3,10 @@
 ``engine.sim.scheduler`` runs each engine step for::
 
     step_overhead_s + prefill_tokens * prefill_per_token_s
-                    + decode_seqs * decode_per_seq_s
+                    + sampling_seqs * decode_per_seq_s
+
+(``sampling_seqs``: the sequences that sample a token in the step -- every
+decoding one and every prompt whose last chunk it computes.)
 
 :class:`LatencyParams` holds those three numbers. :class:`LatencyModel` adds
 what else decides how a replica's steps compose -- its KV block size and
@@ -59,10 +62,10 @@ class LatencyParams:
     def vector(self) -> tuple[float, float, float]:
         return (self.step_overhead_s, self.prefill_per_token_s, self.decode_per_seq_s)
 
-    def step_seconds(self, prefill_tokens: float, decode_seqs: float) -> float:
+    def step_seconds(self, prefill_tokens: float, sampling_seqs: float) -> float:
         """One engine step's modeled duration."""
         return (self.step_overhead_s + prefill_tokens * self.prefill_per_token_s
-                + decode_seqs * self.decode_per_seq_s)
+                + sampling_seqs * self.decode_per_seq_s)
 
     def sim_flags(self) -> tuple[str, ...]:
         return (
