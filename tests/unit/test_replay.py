@@ -201,9 +201,13 @@ def test_the_search_in_worker_processes_agrees_with_one_process() -> None:
     template = spec(1, ttft_limit_s=question.ttft_limit_s)
     with Replays(workload, template, jobs=1) as alone:
         one = smallest_meeting(question, alone)
-    with Replays(workload, template, jobs=2) as pool:
+    fresh = conversations(rate=30.0, groups=20, turns=8)  # hashed once, before the fork
+    with Replays(fresh, template, jobs=2) as pool:
         two = smallest_meeting(question, pool)
     assert one.answer == two.answer and one.answer is not None and one.answer <= 4
+    for item in workload.items:  # what the workers inherited is what one process computes
+        assert fresh.route_hashes(item, 16) == workload.route_hashes(item, 16)
+        assert fresh.engine_hashes(item, 16, ()) == workload.engine_hashes(item, 16, ())
     for n in set(one.outcomes) & set(two.outcomes):
         assert one.outcomes[n].ttft_q_s == two.outcomes[n].ttft_q_s
 
