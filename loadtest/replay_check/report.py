@@ -129,7 +129,7 @@ def plot(document: dict[str, Any], path: Path) -> None:
         ax.set_xticklabels([name for name, _ in scenarios], fontsize=8)
         ax.set_title(label + (" (%)" if metric == "hit_rate" else " (ms)"), fontsize=9)
         ax.grid(True, axis="y", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="lower left", framealpha=0.9)
     fig.suptitle(document["title"], fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
