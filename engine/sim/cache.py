@@ -57,9 +57,13 @@ def block_hash(parent: int, token_ids: Sequence[int], cache_salt: str | None = N
 class PrefixCache:
     """Fixed pool of reference-counted blocks with an LRU free queue."""
 
-    def __init__(self, num_blocks: int, block_size: int, seed: int = 0) -> None:
+    def __init__(self, num_blocks: int, block_size: int, seed: int = 0,
+                 record_events: bool = True) -> None:
+        """``record_events=False``: no KV events are kept (nobody subscribes: a replay whose
+        policy does not learn from them skips building one per stored and evicted block)."""
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
+        self.record_events = record_events
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.root = root_hash(seed)
@@ -144,14 +148,25 @@ class PrefixCache:
         return allocated
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """Drop one reference each; blocks that reach zero join the free queue
-        tail in the given order (pass a request's blocks reversed)."""
+        """Drop one reference each; blocks that reach zero rejoin the free queue
+        in the given order (pass a request's blocks reversed): cached blocks at
+        its tail (evicted last: LRU), blocks with no hash -- a partial last
+        block holds nothing a later request can hit -- at its head, reused
+        first, as vLLM 0.32's ``BlockPool.free_blocks`` does (``prepend_n``).
+        Queued at the tail they would push a cached block out per request."""
+        reuse_first: list[int] = []
         for block_id in block_ids:
             self._ref_count[block_id] -= 1
             if self._ref_count[block_id] < 0:
                 raise RuntimeError(f"block {block_id} released more often than acquired")
             if self._ref_count[block_id] == 0:
-                self._free[block_id] = None
+                if self._hash_of[block_id] is None:
+                    reuse_first.append(block_id)
+                else:
+                    self._free[block_id] = None
+        for block_id in reversed(reuse_first):
+            self._free[block_id] = None
+            self._free.move_to_end(block_id, last=False)
 
     def commit(
         self,
@@ -173,6 +188,8 @@ class PrefixCache:
             self._hash_of[block_id] = value
             self._cached.setdefault(value, {})[block_id] = None
             new_hashes.append(value)
+        if not self.record_events:
+            return num_full_blocks
         self._events.append(
             StoredBlocks(
                 block_hashes=tuple(new_hashes),
@@ -194,7 +211,8 @@ class PrefixCache:
         for block_id in range(self.num_blocks):
             self._hash_of[block_id] = None
         self._cached.clear()
-        self._events.append(ClearedAll())
+        if self.record_events:
+            self._events.append(ClearedAll())
         return True
 
     def _evict(self, block_id: int) -> None:
@@ -206,4 +224,5 @@ class PrefixCache:
         del holders[block_id]
         if not holders:
             del self._cached[value]
-        self._events.append(RemovedBlocks(block_hashes=(value,)))
+        if self.record_events:
+            self._events.append(RemovedBlocks(block_hashes=(value,)))

@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--decode-per-seq",
         type=float,
         default=_DEFAULTS.decode_per_seq_s,
-        help="seconds per decoding sequence",
+        help="seconds per sequence sampled in a step (each decoding one, each prompt the "
+             "step finishes)",
     )
     add("--latency-model", metavar="FILE",
         help="a fitted latency model (prefixgate fit): its step parameters, block size, "

@@ -8,7 +8,10 @@ Latency model (all in *modeled* seconds; see ``engine.sim.scheduler``)::
 
     step = step_overhead_s
          + prefill_tokens_in_step * prefill_per_token_s
-         + decode_seqs_in_step    * decode_per_seq_s
+         + sampling_seqs_in_step  * decode_per_seq_s
+
+(``sampling_seqs_in_step``: the requests that sample a token at its end, every
+decoding one and every prompt whose last chunk the step computes.)
 
 ``time_scale`` divides every sleep: with ``time_scale=10`` the replica runs
 ten times faster than the model says, while its metrics still report modeled

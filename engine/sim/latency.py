@@ -3,7 +3,10 @@
 ``engine.sim.scheduler`` runs each engine step for::
 
     step_overhead_s + prefill_tokens * prefill_per_token_s
-                    + decode_seqs * decode_per_seq_s
+                    + sampling_seqs * decode_per_seq_s
+
+(``sampling_seqs``: the sequences that sample a token in the step -- every
+decoding one and every prompt whose last chunk it computes.)
 
 :class:`LatencyParams` holds those three numbers. :class:`LatencyModel` adds
 what else decides how a replica's steps compose -- its KV block size and
@@ -15,8 +18,15 @@ written as one JSON object::
     {"format": "prefixgate-latency-model/1",
      "step_overhead_s": 0.012, "prefill_per_token_s": 4e-05, "decode_per_seq_s": 0.0015,
      "block_size": 16, "num_blocks": 2048, "max_num_seqs": 256,
-     "max_num_batched_tokens": 8192, "model": "qwen2.5-72b-instruct",
-     "source": {...}}
+     "max_num_batched_tokens": 8192, "request_overhead_s": 0.004,
+     "model": "qwen2.5-72b-instruct", "source": {...}}
+
+``request_overhead_s`` is the time a request spends outside the engine's
+steps before its first token reaches the caller: the serving front (vLLM's
+API server handing the request to its engine and the first token back) and,
+when the fit was told the gateway's trace, the gateway and its hop. A replay
+adds it to every TTFT (and to every answer's end); ``prefixgate sim`` does
+not, as a simulated replica has a serving front of its own.
 
 ``prefixgate sim --latency-model FILE`` starts a replica with it and
 ``prefixgate replay --latency-model FILE`` replays a trace on replicas that
@@ -52,10 +62,10 @@ class LatencyParams:
     def vector(self) -> tuple[float, float, float]:
         return (self.step_overhead_s, self.prefill_per_token_s, self.decode_per_seq_s)
 
-    def step_seconds(self, prefill_tokens: float, decode_seqs: float) -> float:
+    def step_seconds(self, prefill_tokens: float, sampling_seqs: float) -> float:
         """One engine step's modeled duration."""
         return (self.step_overhead_s + prefill_tokens * self.prefill_per_token_s
-                + decode_seqs * self.decode_per_seq_s)
+                + sampling_seqs * self.decode_per_seq_s)
 
     def sim_flags(self) -> tuple[str, ...]:
         return (
@@ -81,18 +91,21 @@ class LatencyModel:
     max_num_batched_tokens: int = 8192
     model: str = ""
     source: Mapping[str, Any] = field(default_factory=dict)
+    request_overhead_s: float = 0.0
+    """Seconds of a request outside the engine's steps, added to a replayed TTFT."""
 
     def __post_init__(self) -> None:
         for name in ("block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens"):
             if getattr(self, name) <= 0:
                 raise LatencyModelError(f"{name} must be positive")
-        if any(value < 0 for value in self.params.vector()):
+        if any(value < 0 for value in self.params.vector()) or self.request_overhead_s < 0:
             raise LatencyModelError("latency parameters must not be negative")
 
     def as_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, **asdict(self.params), "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "max_num_seqs": self.max_num_seqs,
-                "max_num_batched_tokens": self.max_num_batched_tokens, "model": self.model,
+                "max_num_batched_tokens": self.max_num_batched_tokens,
+                "request_overhead_s": self.request_overhead_s, "model": self.model,
                 "source": dict(self.source)}
 
     @classmethod
@@ -105,7 +118,8 @@ class LatencyModel:
                        num_blocks=int(data.get("num_blocks", 2048)),
                        max_num_seqs=int(data.get("max_num_seqs", 256)),
                        max_num_batched_tokens=int(data.get("max_num_batched_tokens", 8192)),
-                       model=str(data.get("model", "")), source=dict(data.get("source") or {}))
+                       model=str(data.get("model", "")), source=dict(data.get("source") or {}),
+                       request_overhead_s=float(data.get("request_overhead_s", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, LatencyModelError):
                 raise

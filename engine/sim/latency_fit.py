@@ -3,7 +3,7 @@
 Every way the project measures a replica reduces to rows of the same linear
 model (``engine.sim.latency``): a measured latency ``y`` and how many step
 overheads, prefill tokens and decoding sequence-steps went into it,
-``(steps, prefill_tokens, decode_seqs)``. The calibration against vLLM on CPU
+``(steps, prefill_tokens, sampling_seqs)``. The calibration against vLLM on CPU
 (``loadtest.calibration.model``) builds its rows from probes; the fit from
 live replicas' metrics (``gateway.replay.fit``) from windows of their
 histograms. Both solve here.

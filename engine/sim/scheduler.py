@@ -22,12 +22,14 @@ Continuous batching in steps. Each step, with a budget of
 The step then "runs" for::
 
     step_overhead_s + prefill_tokens * prefill_per_token_s
-                    + decode_seqs * decode_per_seq_s
+                    + sampling_seqs * decode_per_seq_s
 
 modeled seconds (sleeping that divided by ``time_scale``), after which every
-request whose prompt is fully computed samples one token. TTFT therefore grows
-with uncached prompt tokens and with queueing; time per output token grows
-with the batch.
+request whose prompt is fully computed samples one token. ``sampling_seqs``
+are those requests: every decoding one, and every prompt whose last chunk the
+step computes -- the per-sequence work (sampling, output handling) is the
+same for both. TTFT therefore grows with uncached prompt tokens and with
+queueing; time per output token grows with the batch.
 
 Time. ``now`` is modeled time. It advances by step durations while there is
 work, and follows the wall clock (times ``time_scale``) while idle, so Python
@@ -97,6 +99,8 @@ class ScheduledStep:
     work: tuple[tuple[EngineRequest, int], ...]
     prefill_tokens: int
     decode_seqs: int
+    sampling_seqs: int = 0
+    """Requests that sample a token at the end of the step (decoding or prompt done)."""
 
 
 class Engine:
@@ -132,12 +136,12 @@ class Engine:
             elapsed = min(elapsed, self._inflight)
         return self.now + max(elapsed, 0.0)
 
-    def step_duration(self, prefill_tokens: int, decode_seqs: int) -> float:
+    def step_duration(self, prefill_tokens: int, sampling_seqs: int) -> float:
         config = self.config
         return (
             config.step_overhead_s
             + prefill_tokens * config.prefill_per_token_s
-            + decode_seqs * config.decode_per_seq_s
+            + sampling_seqs * config.decode_per_seq_s
         )
 
     # -- requests -----------------------------------------------------------
@@ -206,12 +210,15 @@ class Engine:
         self._queued = len(self.waiting)
         decode_seqs = sum(1 for request, _ in work if request.is_decoding)
         prefill_tokens = sum(count for request, count in work if not request.is_decoding)
+        sampling_seqs = sum(1 for request, count in work
+                            if request.num_computed_tokens + count == request.num_tokens)
         return ScheduledStep(
             start=self.now,
-            duration=self.step_duration(prefill_tokens, decode_seqs) if work else 0.0,
+            duration=self.step_duration(prefill_tokens, sampling_seqs) if work else 0.0,
             work=tuple(work),
             prefill_tokens=prefill_tokens,
             decode_seqs=decode_seqs,
+            sampling_seqs=sampling_seqs,
         )
 
     def finish(self, step: ScheduledStep) -> list[TokenEvent]:

@@ -5,32 +5,56 @@ it serves its real traffic. Between two readings its counters grew; each such
 window (merged with the next until it holds ``min_requests`` finished
 requests or ``min_decode_tokens`` decoded tokens) gives two rows of the
 simulator's step model (``engine.sim.latency``: each step lasts ``o + p *
-prefill_tokens + d * decode_seqs``), solved together by the same non-negative
-least squares on relative errors the CPU calibration uses
+prefill_tokens + d * sampling_seqs``, the sequences that get a token in it:
+decoding ones and prompts it finishes), solved together by the same
+non-negative least squares on relative errors the CPU calibration uses
 (``engine.sim.latency_fit``):
 
 * decode: the mean inter-token latency is the mean duration of the steps the
   decoded tokens were in (``D`` inter-token samples: one per decoding
-  sequence per step; ``S`` steps: the count of ``iteration_tokens_total``).
-  Those steps held ``D / S`` decoding sequences on average, and the window's
-  ``P`` uncached prompt tokens (prefix-cache queries less hits) were computed
-  beside ``Dt`` decoding sequences each, where ``Dt = ITL sum / window
-  seconds`` is the time-average number of decoding sequences -- what a prompt
-  arriving at a random moment finds. So the steps' prefill, per decoded
-  token, is ``P * Dt / D``::
+  sequence per step; ``S`` steps: the count of ``iteration_tokens_total``;
+  ``F`` first tokens: prompts finished). Those steps sampled ``(D + F) / S``
+  sequences on average, and the window's ``P`` uncached prompt tokens
+  (prefix-cache queries less hits) were computed beside ``Dt`` decoding
+  sequences each, where ``Dt = ITL sum / window seconds`` is the time-average
+  number of decoding sequences -- what a prompt arriving at a random moment
+  finds. So the steps' prefill, per decoded token, is ``P * Dt / D``::
 
-      mean ITL = o + p * P*Dt/D + d * D/S
+      mean ITL = o + p * P*Dt/D + d * (D + F)/S
 
 * prefill: a request's prefill time (first scheduled to first token) spans
-  its ``k = ceil(U / max_num_batched_tokens)`` chunks of ``U = P /
-  first tokens`` uncached tokens, each step also decoding the ``Dt`` others::
+  its ``k = ceil(U / max_num_batched_tokens)`` chunks of ``U = P / F``
+  uncached tokens, each step also decoding the ``Dt`` others, the last one
+  sampling its first token::
 
-      mean prefill time = k * o + p * U + d * k * Dt
+      mean prefill time = k * o + p * U + d * (k * Dt + 1)
+
+Why a prompt's last step pays ``d`` too: on two vLLM-on-CPU replicas here the
+decode rows alone put nearly all of a step's cost on its sequences (ITL
+~20 ms with one decoding, ~40 ms with two), while a prompt's prefill alone
+cost ~20 ms plus ~0.14 ms a token; with ``d`` for decoding sequences only,
+the one fit of both put that fixed cost on the prefill tokens (0.25 ms each),
+and cold prompts' TTFT came out 40-50% high. Counting the sampled prompt as
+one sequence, the residual fell from 24.5% to 16.0% and the replay's TTFT
+p99 from +39% to -3% of the real run's (``loadtest/results/replay-check``).
 
 Each row is weighted by the square root of the samples its mean is over.
 Queue time is not part of the step model (it is what a replay predicts);
 it is reported beside the fit, with the TTFT the replicas measured, as a
 check.
+
+Outside the steps. vLLM's TTFT runs from the request's arrival at its API
+server to the first token back there; queue time and prefill time are the
+engine's own part of it. What is left, ``mean TTFT - mean queue - mean
+prefill`` over the windows, is the serving front: handing the request to the
+engine process and the first token back (on a busy host, waiting for a CPU).
+Given the gateway's trace of the same period (``gateway_ttft_s``: the mean
+TTFT the gateway measured, arrival at the gateway to the first byte), the
+difference from the replicas' mean TTFT adds the gateway's own work, the hop
+and the API server's rendering and tokenizing. Their sum is the model's
+``request_overhead_s``, which a replay adds to every TTFT: a constant, where
+on a contended host it grows with load, so it is fitted at the load the
+readings saw.
 
 What makes a good fit: windows at different loads (a busy hour and a quiet
 one) -- the decode rows then tell the step overhead from the per-sequence
@@ -95,12 +119,13 @@ class Window:
         """``(row, measured mean, weight)`` for each of the window's rows that has data."""
         out = []
         if self.decode_samples > 0 and self.steps > 0:
-            out.append(((1.0, self.prefill_per_decoded_token, self.decode_per_step),
+            sampling = (self.decode_samples + self.first_tokens) / self.steps
+            out.append(((1.0, self.prefill_per_decoded_token, sampling),
                         self.itl_sum / self.decode_samples, math.sqrt(self.decode_samples)))
         if self.prefills > 0 and self.first_tokens > 0 and self.prefill_sum > 0:
             uncached = max(1.0, self.uncached_tokens / self.first_tokens)
             chunks = float(math.ceil(uncached / max_num_batched_tokens))
-            out.append(((chunks, uncached, chunks * self.decoding),
+            out.append(((chunks, uncached, chunks * self.decoding + 1.0),
                         self.prefill_sum / self.prefills, math.sqrt(self.prefills)))
         return out
 
@@ -137,28 +162,41 @@ def windows(replica: str, readings: Sequence[Reading], min_requests: int = MIN_R
     return out
 
 
+def _mean(total: float, count: float) -> float:
+    return total / count if count > 0 else 0.0
+
+
 @dataclass(frozen=True)
 class Fit:
     model: LatencyModel
     rms_relative_residual: float
     rows: int
     windows: tuple[Window, ...] = field(repr=False)
+    front_s: float = 0.0
+    """The replicas' mean TTFT less their mean queue and prefill time (module docstring)."""
+    gateway_s: float | None = None
+    """The gateway's mean TTFT less the replicas' (None: no trace given)."""
 
     def check(self) -> dict[str, float | None]:
         """What the replicas measured over the windows, beside what the fit says."""
         ws = self.windows
-        queue = sum(w.queue_sum for w in ws) / max(1.0, sum(w.queue_count for w in ws))
-        ttft = sum(w.ttft_sum for w in ws) / max(1.0, sum(w.first_tokens for w in ws))
         itl = [w.itl_sum / w.decode_samples for w in ws if w.decode_samples]
-        return {"mean_queue_s": queue, "mean_ttft_s": ttft,
+        return {"mean_queue_s": _mean(sum(w.queue_sum for w in ws),
+                                      sum(w.queue_count for w in ws)),
+                "mean_prefill_s": _mean(sum(w.prefill_sum for w in ws),
+                                        sum(w.prefills for w in ws)),
+                "mean_ttft_s": _mean(sum(w.ttft_sum for w in ws),
+                                     sum(w.first_tokens for w in ws)),
                 "median_window_itl_s": statistics.median(itl) if itl else None}
 
 
 def fit_latency(readings: Mapping[str, Sequence[Reading]], max_num_seqs: int = 256,
                 max_num_batched_tokens: int = 8192, min_requests: int = MIN_REQUESTS,
                 min_decode_tokens: int = MIN_DECODE_TOKENS,
-                source: dict[str, object] | None = None) -> Fit:
-    """Fit the step model to every replica's windows together (one model, one hardware)."""
+                source: dict[str, object] | None = None,
+                gateway_ttft_s: float | None = None) -> Fit:
+    """Fit the step model to every replica's windows together (one model, one hardware);
+    ``gateway_ttft_s``: the gateway's mean TTFT over the same period, when known."""
     all_windows: list[Window] = []
     for replica, series in readings.items():
         all_windows += windows(replica, series, min_requests, min_decode_tokens)
@@ -172,6 +210,11 @@ def fit_latency(readings: Mapping[str, Sequence[Reading]], max_num_seqs: int = 2
         raise FitError("the readings saw no finished requests and no decoded tokens: fit "
                        "while the replicas serve traffic (longer --duration)")
     solved = fit_rows(rows, targets, weights=weights)
+    measured = Fit(LatencyModel(solved.params), 0.0, 0, tuple(all_windows)).check()
+    mean_ttft = measured["mean_ttft_s"] or 0.0
+    front = max(0.0, mean_ttft - (measured["mean_queue_s"] or 0.0)
+                - (measured["mean_prefill_s"] or 0.0)) if mean_ttft else 0.0
+    gateway = None if gateway_ttft_s is None else max(0.0, gateway_ttft_s - mean_ttft)
     last = [series[-1] for series in readings.values() if series]
     block_sizes = {r.block_size for r in last if r.block_size}
     capacities = [r.num_blocks for r in last if r.num_blocks]
@@ -180,8 +223,12 @@ def fit_latency(readings: Mapping[str, Sequence[Reading]], max_num_seqs: int = 2
         params=solved.params, block_size=min(block_sizes) if block_sizes else 16,
         num_blocks=min(capacities) if capacities else 2048, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, model=models[0] if models else "",
+        request_overhead_s=front + (gateway or 0.0),
         source={"method": "prefixgate fit: vLLM metrics windows", "replicas": sorted(readings),
                 "windows": len(all_windows), "rows": solved.rows,
                 "rms_relative_residual": round(solved.rms_relative_residual, 4),
+                "serving_front_s": round(front, 6),
+                "gateway_s": None if gateway is None else round(gateway, 6),
                 **(source or {})})
-    return Fit(model, solved.rms_relative_residual, solved.rows, tuple(all_windows))
+    return Fit(model, solved.rms_relative_residual, solved.rows, tuple(all_windows), front,
+               gateway)

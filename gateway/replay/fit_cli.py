@@ -4,7 +4,8 @@
         --duration 600 --out model.json
 
 Reads each replica's ``/metrics`` every ``--interval`` seconds for
-``--duration`` seconds (Ctrl-C ends it early and fits what was read) while
+``--duration`` seconds (Ctrl-C or SIGTERM ends it early and fits what was
+read: a job runner or ``timeout`` stops it with SIGTERM) while
 the replicas serve their traffic, fits the simulator's three step parameters
 (``gateway.replay.fit``) and writes the model file ``prefixgate replay
 --latency-model`` and ``prefixgate sim --latency-model`` take
@@ -13,6 +14,9 @@ the replicas serve their traffic, fits the simulator's three step parameters
 ``--max-num-seqs`` and ``--max-num-batched-tokens`` as the replicas were
 launched. ``--save-readings`` keeps what was read (small JSON lines), and
 ``--readings`` fits from such a file instead of reading replicas.
+``--trace`` (the gateway's trace of the same period) adds the gateway's own
+part of the TTFT to the time a request spends outside the engine's steps
+(``request_overhead_s``, ``gateway.replay.fit``).
 
 Exit status 0; 2 when nothing could be read or there was nothing to fit.
 """
@@ -20,10 +24,13 @@ Exit status 0; 2 when nothing could be read or there was nothing to fit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
@@ -33,6 +40,8 @@ import httpx
 from gateway.replay.fit import Fit, FitError, fit_latency
 from gateway.replay.report import seconds
 from gateway.replay.scrape import Reading, parse_reading
+from gateway.replay.workload import read_lines
+from gateway.trace.format import TraceFormatError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,6 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="the replicas' --max-num-batched-tokens (default 8192)")
     p.add_argument("--save-readings", type=Path, metavar="FILE",
                    help="also write the readings here (JSON lines)")
+    p.add_argument("--trace", type=Path, nargs="+", metavar="TRACE",
+                   help="the gateway's trace of the same period: its TTFTs against the "
+                        "replicas' give the gateway's part of the request overhead")
     p.add_argument("--out", type=Path, required=True, help="the latency-model file to write")
     return p
 
@@ -91,6 +103,23 @@ def read_replicas(urls: Sequence[str], duration: float, interval: float,
     return readings
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM stops the reading as Ctrl-C does (main thread only; restored after)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def save_readings(readings: dict[str, list[Reading]], path: Path) -> None:
     with path.open("w", encoding="utf-8") as handle:
         for replica, series in readings.items():
@@ -110,6 +139,18 @@ def load_readings(path: Path) -> dict[str, list[Reading]]:
     return readings
 
 
+def gateway_ttft(traces: Sequence[Path], readings: dict[str, list[Reading]]) -> float | None:
+    """The mean TTFT the gateway measured for requests that arrived while the replicas
+    were read (None: no such line)."""
+    stamps = [r.at for series in readings.values() for r in series]
+    if not stamps:
+        return None
+    start, end = min(stamps) * 1000, max(stamps) * 1000
+    ttfts = [line.ttft_ms for line in read_lines(traces)
+             if line.ttft_ms is not None and start <= line.timestamp_ms <= end]
+    return sum(ttfts) / len(ttfts) / 1000 if ttfts else None
+
+
 def render(fit: Fit, out: Path) -> str:
     p, m = fit.model.params, fit.model
     check = fit.check()
@@ -121,9 +162,13 @@ def render(fit: Fit, out: Path) -> str:
         f"  per decoding seq   {seconds(p.decode_per_seq_s)}",
         (f"  KV {m.num_blocks:,} blocks of {m.block_size}, max {m.max_num_seqs} sequences, "
         f"{m.max_num_batched_tokens:,} tokens a step, model {m.model or '?'}"),
-        (f"  measured meanwhile: mean queue {seconds(check['mean_queue_s'])}, mean TTFT "
-        f"{seconds(check['mean_ttft_s'])}, median window ITL "
-        f"{seconds(check['median_window_itl_s'])}"),
+        (f"  outside the steps {seconds(m.request_overhead_s)} a request (serving front "
+        f"{seconds(fit.front_s)}"
+        + (f", gateway {seconds(fit.gateway_s)}" if fit.gateway_s is not None else
+           ", gateway not known: --trace") + ")"),
+        (f"  measured meanwhile: mean queue {seconds(check['mean_queue_s'])}, prefill "
+        f"{seconds(check['mean_prefill_s'])}, TTFT {seconds(check['mean_ttft_s'])}, "
+        f"median window ITL {seconds(check['median_window_itl_s'])}"),
         f"wrote {out}  (prefixgate sim {p.flag_text()})",
     ]) + "\n"
 
@@ -147,13 +192,17 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     else:
         log(f"reading {len(args.replica)} replica(s) every {args.interval:g} s for "
             f"{args.duration:g} s")
-        readings = read_replicas(args.replica, args.duration, args.interval, args.api_key, log)
+        with sigterm_interrupts():
+            readings = read_replicas(args.replica, args.duration, args.interval, args.api_key,
+                                     log)
     if args.save_readings:
         save_readings(readings, args.save_readings)
     try:
+        gateway = gateway_ttft(args.trace, readings) if args.trace else None
         fit = fit_latency(readings, max_num_seqs=args.max_num_seqs,
-                          max_num_batched_tokens=args.max_num_batched_tokens)
-    except FitError as exc:
+                          max_num_batched_tokens=args.max_num_batched_tokens,
+                          gateway_ttft_s=gateway)
+    except (FitError, OSError, TraceFormatError) as exc:
         print(f"prefixgate fit: {exc}", file=err)
         return 2
     fit.model.write(args.out)

@@ -24,9 +24,11 @@ and nothing is shared; what is faithful is kept:
   unconfirmed-prefill queue (``engine.pool.prefill.PrefillQueue``, drained at
   the pool's assumed speed), the KV usage as of the last scrape.
 
-What is left out: the gateway's and the network's own time (microseconds to
-a few milliseconds a request against the engine's tens to thousands), other
-clients of the replicas, failures. A live check of one answer is a
+What is outside the engines: a request's time outside the engine's steps
+(the serving front, the gateway and its hop) is the latency model's
+``request_overhead_s``, added to every TTFT and answer end as the caller
+would see them; the engines and the policy run on the engines' own clock.
+Left out: other clients of the replicas, failures. A live check of one answer is a
 ``loadtest`` run of the same trace against ``prefixgate sim --latency-model``
 replicas (docs: Capacity planning).
 
@@ -52,7 +54,7 @@ import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.pool.prefill import PrefillQueue
@@ -81,11 +83,19 @@ Progress = Callable[[int, int], None]
 _STEP, _DELIVER, _READ = 0, 1, 2
 
 
+NULL_BLOCKS = 1
+"""Blocks of vLLM's ``num_gpu_blocks`` it never hands out: ``BlockPool`` keeps one as the
+null block. A replayed replica of ``num_blocks`` (as vLLM reports them in
+``vllm:cache_config_info``, as ``--num-gpu-blocks-override`` sets them, as ``prefixgate plan``
+counts them) caches in the rest."""
+
+
 @dataclass(frozen=True)
 class FleetSpec:
     replicas: int
     latency: LatencyModel
     num_blocks: int
+    """vLLM's ``num_gpu_blocks`` of each replica (``NULL_BLOCKS`` of them never hold KV)."""
     block_size: int
     policy: str = "prefix"
     policy_options: Mapping[str, Any] = field(default_factory=dict)
@@ -98,13 +108,19 @@ class FleetSpec:
     """Read each engine's vLLM metrics this often (simulated seconds); None: keep none."""
 
     def __post_init__(self) -> None:
-        if self.replicas <= 0 or self.num_blocks <= 0 or self.block_size <= 0:
-            raise ValueError("replicas, num_blocks and block_size must be positive")
+        if self.replicas <= 0 or self.block_size <= 0:
+            raise ValueError("replicas and block_size must be positive")
+        if self.num_blocks <= NULL_BLOCKS:
+            raise ValueError(f"num_blocks must be more than vLLM's {NULL_BLOCKS} null block")
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.num_blocks - NULL_BLOCKS
 
     def engine_config(self) -> SimConfig:
         params, limits = self.latency.params, self.latency
-        return SimConfig(block_size=self.block_size, num_blocks=self.num_blocks,
-                         max_model_len=self.num_blocks * self.block_size,
+        return SimConfig(block_size=self.block_size, num_blocks=self.usable_blocks,
+                         max_model_len=self.usable_blocks * self.block_size,
                          max_num_seqs=limits.max_num_seqs,
                          max_num_batched_tokens=limits.max_num_batched_tokens,
                          step_overhead_s=params.step_overhead_s,
@@ -171,10 +187,14 @@ class _Replica:
         self.spec = spec
         config = spec.engine_config()
         self.counters = _Counters()
-        self.metrics = SimMetrics(config) if spec.readings_every_s else None
+        # What its metrics report is vLLM's num_gpu_blocks, the null block counted.
+        reported = replace(config, num_blocks=spec.num_blocks)
+        self.metrics = SimMetrics(reported) if spec.readings_every_s else None
         observer: EngineObserver = (self.counters if self.metrics is None
                                     else _Both(self.counters, self.metrics))
-        self.engine = Engine(config, PrefixCache(config.num_blocks, config.block_size),
+        cache = PrefixCache(config.num_blocks, config.block_size,
+                            record_events=publish is not None)
+        self.engine = Engine(config, cache,
                              observer=observer, publish=publish, wall_clock=clock)
         self.step: ScheduledStep | None = None
         self.prefill = PrefillQueue()
@@ -272,6 +292,7 @@ class _Fleet:
         self.workload = workload
         self.spec = spec
         self.progress = progress
+        self.overhead = spec.latency.request_overhead_s
         self.clock = ManualClock()
         if spec.policy == RECORDED:
             self.policy: Policy = RecordedRouting.for_workload(workload, spec.replicas)
@@ -329,7 +350,7 @@ class _Fleet:
     def arrive(self, item: ReplayItem, now: float) -> _Replica | None:
         spec, workload = self.spec, self.workload
         block = spec.block_size
-        if item.input_length + item.output_length > spec.num_blocks * block:
+        if item.input_length + item.output_length > spec.usable_blocks * block:
             self.rejected += 1  # vLLM answers 400: longer than the model's context
             return None
         route = RouteRequest(
@@ -357,19 +378,20 @@ class _Fleet:
 
     def first_token(self, flight: _Flight, now: float) -> None:
         item = flight.item
-        self.ttft[item.index] = now - item.arrival
+        ttft = now - item.arrival + self.overhead
+        self.ttft[item.index] = ttft
         request = flight.engine_request
         self.cached[item.index] = max(request.num_cached_tokens, 0) if request else 0
         if item.stream:
             self._prefilled(flight, now)
         limit = self.spec.ttft_limit_s
-        if limit is not None and now - item.arrival >= limit:
+        if limit is not None and ttft >= limit:
             self.slow += 1
             if self.slow > self.slow_allowed:
                 self.stopped = True
 
     def finished(self, flight: _Flight, now: float) -> None:
-        self.finish[flight.item.index] = now
+        self.finish[flight.item.index] = now + self.overhead
         if not flight.item.stream:  # the gateway learns at the whole answer
             self._prefilled(flight, now)
         flight.replica.inflight -= 1

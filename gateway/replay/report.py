@@ -71,9 +71,10 @@ def render_text(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
         f"{c.duration_s:,.1f} s at {c.speed:g}x the recorded pace (model {c.model})"),
         (f"replicas: steps of {seconds(p.step_overhead_s)} + "
         f"{p.prefill_per_token_s * 1e6:.3g} us per prefill token + "
-        f"{seconds(p.decode_per_seq_s)} per decoding sequence ({c.latency_source}); "
-        f"max {c.latency.max_num_seqs} sequences, {c.latency.max_num_batched_tokens:,} "
-        "tokens a step"),
+        f"{seconds(p.decode_per_seq_s)} per decoding sequence, "
+        f"{seconds(c.latency.request_overhead_s)} a request outside them "
+        f"({c.latency_source}); max {c.latency.max_num_seqs} sequences, "
+        f"{c.latency.max_num_batched_tokens:,} tokens a step"),
         (f"          {c.capacity.blocks:,} KV blocks of {c.capacity.block_size} tokens "
         f"({c.capacity.tokens:,} tokens) each ({c.capacity.source}); policy {c.policy}"),
     ]

@@ -10,9 +10,13 @@ worker processes each round replays ``jobs`` counts at once: the next
 Counts are assumed to help monotonically; every count replayed is in the
 result, so a table or a plot shows where that held.
 
-Workers. Each worker process gets the workload once (its initializer) and
-keeps its own copy and block-hash caches for every replay it runs; progress
-comes back through a queue. ``jobs=1`` replays in this process.
+Workers. The workload's prompts are hashed once in this process
+(``Workload.prepare``) before the worker processes are forked; each inherits
+the workload and its hashes (copy-on-write, nothing pickled) through its
+initializer and keeps them for every replay it runs; progress comes back
+through a queue. ``jobs=1`` replays in this process. (Before, each worker
+hashed the whole trace itself: on the Mooncake trace ``--jobs 2`` took 85 s
+where one process took 60.)
 """
 
 from __future__ import annotations
@@ -68,11 +72,13 @@ class Replays:
 
     def __enter__(self) -> Self:
         if self.jobs > 1:
+            # Hashed once here; forked workers inherit the hashes (nothing is pickled).
+            self.workload.prepare(self.spec.block_size)
             context = multiprocessing.get_context("fork")
             self._queue = context.Queue()
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=context,
                                              initializer=_start_worker,
-                                             initargs=(self.workload.bare(), self._queue))
+                                             initargs=(self.workload, self._queue))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,7 +20,8 @@ output there; here they are prompt blocks seen for the first time.)
 Each prompt's block hashes -- the gateway's chain (``policies.hashing``) that
 a policy matches, and the simulated engine's (``engine.sim.cache``) -- are
 computed once per workload and kept as 8-byte arrays, so every replay of the
-same workload (a search over replica counts) reuses them.
+same workload (a search over replica counts) reuses them; ``prepare`` computes
+them all before worker processes are forked, which then share them.
 """
 
 from __future__ import annotations
@@ -100,9 +101,13 @@ class Workload:
     def __len__(self) -> int:
         return len(self.items)
 
-    def bare(self) -> Workload:
-        """The same workload without its hash caches (what a worker process is sent)."""
-        return Workload(self.items, self.trace_block, self.model, self.speed, self.policies)
+    def prepare(self, block_size: int) -> None:
+        """Hash every prompt now, both chains: before forking worker processes, which then
+        share the hashes (copy-on-write) instead of each hashing the whole trace again."""
+        for item in self.items:
+            tokens = self.prompt(item)
+            self.route_hashes(item, block_size, tokens)
+            self.engine_hashes(item, block_size, tokens)
 
     @property
     def duration_s(self) -> float:
@@ -123,13 +128,15 @@ class Workload:
         tokens += [tail] * (item.input_length - len(tokens))
         return tokens
 
-    def route_hashes(self, item: ReplayItem, block_size: int) -> array:
+    def route_hashes(self, item: ReplayItem, block_size: int,
+                     tokens: Sequence[int] | None = None) -> array:
         """The gateway's chain over the prompt: what a policy matches."""
         memo = self._route.setdefault(block_size, {})
         found = memo.get(item.index)
         if found is None:
+            prompt = self.prompt(item) if tokens is None else tokens
             found = memo[item.index] = array(
-                "Q", block_hashes(self.prompt(item), block_size, chain_seed(self.model, None)))
+                "Q", block_hashes(prompt, block_size, chain_seed(self.model, None)))
         return found
 
     def engine_hashes(self, item: ReplayItem, block_size: int, tokens: Sequence[int]) -> array:

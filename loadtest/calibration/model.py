@@ -3,17 +3,19 @@
 ``engine.sim.scheduler`` runs each step for::
 
     step_overhead_s + prefill_tokens * prefill_per_token_s
-                    + decode_seqs * decode_per_seq_s
+                    + sampling_seqs * decode_per_seq_s
 
-How the probes compose into steps there (the rows of the fit):
+(``sampling_seqs``: the sequences that sample a token in the step, decoding
+ones and prompts whose last chunk it computes.) How the probes compose into steps there (the rows of the fit):
 
 * a lone request on an idle engine is admitted in the next step with its
   whole uncached prompt (in chunks of ``max_num_batched_tokens``, one step
   each); the step that computes the last prompt token samples the first
-  output token. No other sequence decodes meanwhile, so
-  ``TTFT = ceil(U / B) * step_overhead + U * prefill_per_token`` for ``U``
-  uncached tokens. A cached repeat has ``U`` = the last partial block (vLLM
-  and the simulator both recompute at least the last token);
+  output token, one sampling sequence. No other sequence decodes meanwhile, so
+  ``TTFT = ceil(U / B) * step_overhead + U * prefill_per_token +
+  decode_per_seq`` for ``U`` uncached tokens. A cached repeat has ``U`` = the
+  last partial block (vLLM and the simulator both recompute at least the last
+  token);
 * ``C`` streams decoding together run one step per token with ``C`` decode
   sequences: ``TPOT = step_overhead + C * decode_per_seq``. (The first step or
   two also prefill the short prompts of streams that arrived a moment late;
@@ -86,12 +88,13 @@ class FitResult:
 
 
 def row(point: PointSummary, shape: StepShape) -> tuple[float, float, float]:
-    """``(steps, prefill tokens, decode seqs)`` of a point, as the simulator composes it."""
+    """``(steps, prefill tokens, sampling seqs)`` of a point, as the simulator composes it
+    (the step that ends a prompt samples its first token: one sequence)."""
     if point.probe == DECODE:
         return (1.0, 0.0, float(point.x))
     uncached = max(point.uncached_tokens, 1.0)
     steps = math.ceil(uncached / shape.max_num_batched_tokens)
-    return (float(steps), uncached, 0.0)
+    return (float(steps), uncached, 1.0)
 
 
 def predict(params: LatencyParams, point: PointSummary, shape: StepShape) -> float:

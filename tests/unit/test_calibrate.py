@@ -111,7 +111,7 @@ def test_refinement_removes_a_constant_simulator_bias() -> None:
 
 def test_a_prompt_longer_than_the_token_budget_takes_two_steps() -> None:
     long = PointSummary(PREFILL, 3000, 0.0, 3000.0, 1)
-    assert row(long, StepShape(2048)) == (2.0, 3000.0, 0.0)
+    assert row(long, StepShape(2048)) == (2.0, 3000.0, 1.0)  # the last chunk samples
     assert row(PointSummary(DECODE, 8, 0.0, 0.0, 1), SHAPE) == (1.0, 0.0, 8.0)
 
 

@@ -8,7 +8,9 @@ simulator's own vLLM metrics inside the replay (``readings_every_s``).
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,6 +24,7 @@ from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capac
 from gateway.replay.fit import fit_latency, windows
 from gateway.replay.fleet import FleetSpec, replay, replay_with_readings
 from gateway.replay.outcome import ReplayOutcome
+from gateway.replay.scrape import Reading
 from gateway.replay.search import Question, Replays, smallest_meeting
 from gateway.replay.workload import ReplayItem, Workload, build_workload, nearest_rank
 from gateway.trace.format import TraceLine
@@ -145,6 +148,17 @@ def test_a_request_longer_than_the_kv_cache_is_refused_not_stuck() -> None:
     assert outcome.rejected == 1 and outcome.completed == 1
 
 
+def test_a_replica_caches_in_all_but_vllms_null_block() -> None:
+    # vLLM refuses a context longer than (num_gpu_blocks - 1) * block_size: one block
+    # of num_gpu_blocks is its null block. A replay of --blocks N does the same.
+    fits = ReplayItem(0, 0.0, 7 * 16 - 10, 10, ())
+    too_long = ReplayItem(1, 0.1, 8 * 16 - 10, 10, ())
+    outcome = replay(Workload((fits, too_long), 16, "m"), spec(1, num_blocks=8))
+    assert outcome.rejected == 1 and outcome.completed == 1
+    with pytest.raises(ValueError, match="null block"):
+        spec(1, num_blocks=1)
+
+
 # -- the search ----------------------------------------------------------------------
 
 
@@ -187,9 +201,13 @@ def test_the_search_in_worker_processes_agrees_with_one_process() -> None:
     template = spec(1, ttft_limit_s=question.ttft_limit_s)
     with Replays(workload, template, jobs=1) as alone:
         one = smallest_meeting(question, alone)
-    with Replays(workload, template, jobs=2) as pool:
+    fresh = conversations(rate=30.0, groups=20, turns=8)  # hashed once, before the fork
+    with Replays(fresh, template, jobs=2) as pool:
         two = smallest_meeting(question, pool)
     assert one.answer == two.answer and one.answer is not None and one.answer <= 4
+    for item in workload.items:  # what the workers inherited is what one process computes
+        assert fresh.route_hashes(item, 16) == workload.route_hashes(item, 16)
+        assert fresh.engine_hashes(item, 16, ()) == workload.engine_hashes(item, 16, ())
     for n in set(one.outcomes) & set(two.outcomes):
         assert one.outcomes[n].ttft_q_s == two.outcomes[n].ttft_q_s
 
@@ -268,6 +286,58 @@ def test_fit_from_saved_readings_writes_a_model_the_simulator_takes(tmp_path: Pa
                                                           "--block-size", "32"]))
     assert config.step_overhead_s == fitted.params.step_overhead_s
     assert (config.block_size, config.num_blocks) == (32, fitted.num_blocks)
+
+
+def test_time_outside_the_steps_is_fitted_and_added_to_every_ttft() -> None:
+    # The replicas' TTFT is their queue and prefill time plus the serving front (none in
+    # the simulator); the gateway's trace adds its own part. A replay adds the sum.
+    workload = varied_load()
+    truth = spec(1, latency=model(blocks=20000), num_blocks=20000, readings_every_s=5.0)
+    _, readings = replay_with_readings(workload, truth)
+    plain = fit_latency(readings, max_num_batched_tokens=2048)
+    # ~0: prefill time is observed when a request ends, TTFT at its first token, so a
+    # window can hold one without the other.
+    assert plain.front_s == pytest.approx(0.0, abs=1e-3) and plain.gateway_s is None
+    replicas_ttft = plain.check()["mean_ttft_s"]
+    assert replicas_ttft
+    fit = fit_latency(readings, max_num_batched_tokens=2048, gateway_ttft_s=replicas_ttft + 0.04)
+    assert fit.gateway_s == pytest.approx(0.04)
+    assert fit.model.request_overhead_s == pytest.approx(0.04 + fit.front_s)
+    assert LatencyModel.from_dict(fit.model.as_dict()) == fit.model
+    without = replay(workload, spec(1, latency=plain.model, num_blocks=20000))
+    with_it = replay(workload, spec(1, latency=fit.model, num_blocks=20000))
+    added = fit.model.request_overhead_s - plain.model.request_overhead_s
+    for name in ("ttft_p50_s", "ttft_p99_s", "ttft_mean_s"):
+        assert getattr(with_it, name) == pytest.approx(getattr(without, name) + added), name
+    assert (with_it.hit_rate, with_it.tpot_p50_s) == (without.hit_rate, without.tpot_p50_s)
+
+
+def test_the_gateways_ttft_is_read_from_the_trace_lines_of_the_readings_span(
+        tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    lines = [TraceLine(at_ms, 100, 5, (), 16, ttft_ms=ttft)
+             for at_ms, ttft in ((999_000, 900.0), (1_000_500, 100.0), (1_009_000, 300.0),
+                                 (1_011_000, 900.0))]
+    trace.write_bytes(b"".join(line.encode() for line in lines))
+    readings = {"r0": [Reading(1000.0, {}), Reading(1010.0, {})]}
+    assert fit_cli.gateway_ttft([trace], readings) == pytest.approx(0.2)
+    assert fit_cli.gateway_ttft([trace], {"r0": []}) is None
+
+
+def test_sigterm_ends_a_live_fit_as_ctrl_c_does() -> None:
+    # A job runner (or the validation harness) stops `prefixgate fit` with SIGTERM: the
+    # readings so far are kept and fitted, not lost with the process.
+    logged: list[str] = []
+
+    def terminated(seconds: float) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with fit_cli.sigterm_interrupts():
+        readings = fit_cli.read_replicas([], duration=3600, interval=1.0, api_key=None,
+                                         log=logged.append, sleep=terminated)
+    assert readings == {} and any("interrupted" in line for line in logged)
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 # -- the command ---------------------------------------------------------------------

@@ -107,6 +107,35 @@ def test_eviction_is_least_recently_freed_first_and_a_request_tail_goes_first() 
     assert cache.eviction_order() == [a[0], b[1], b[0]]
 
 
+def test_a_freed_partial_block_is_reused_before_any_cached_block_is_evicted() -> None:
+    # vLLM 0.32's BlockPool.free_blocks: a block with no hash goes to the head of the
+    # free queue; queued at the tail, each finished request would evict a cached block.
+    cache = PrefixCache(num_blocks=6, block_size=BS)
+    tokens = list(range(9))  # 2 full blocks and a partial one
+    hashes = hashes_of(cache, tokens)
+    blocks = cache.allocate(3)
+    assert blocks is not None
+    cache.commit(blocks, hashes, tokens, 0, 2, None)
+    cache.release(list(reversed(blocks)))
+    assert cache.eviction_order()[0] == blocks[2]
+    assert cache.eviction_order()[-2:] == [blocks[1], blocks[0]]
+    cache.take_events()
+    again = cache.allocate(1)
+    assert again == [blocks[2]] and cache.take_events() == []
+    assert len(cache.lookup(hashes, len(tokens))) == 2
+
+
+def test_without_a_subscriber_no_events_are_kept_and_the_cache_works_the_same() -> None:
+    quiet = PrefixCache(num_blocks=2, block_size=BS, record_events=False)
+    tokens = list(range(8))
+    blocks = store(quiet, tokens)
+    assert len(quiet.lookup(hashes_of(quiet, tokens), 9)) == 2
+    quiet.release(list(reversed(blocks)))
+    assert quiet.allocate(2) is not None and not quiet.is_cached(hashes_of(quiet, tokens)[0])
+    quiet.release(list(range(2)))
+    assert quiet.reset() and quiet.take_events() == []
+
+
 def test_commit_records_block_stored_with_parent_tokens_and_salt() -> None:
     cache = PrefixCache(num_blocks=8, block_size=BS)
     tokens = list(range(13))

@@ -183,10 +183,28 @@ def test_long_prompts_are_prefilled_in_chunks_of_the_token_budget() -> None:
     assert steps == 3  # 256 + 256 + 88
 
 
+def test_only_the_chunk_that_ends_a_prompt_pays_for_a_sampled_sequence() -> None:
+    # Sampling and output handling are per sequence that gets a token: every decoding one,
+    # and the prompt whose last chunk the step computes (vLLM samples it there).
+    engine, _ = make_engine(max_num_batched_tokens=256, decode_per_seq_s=0.01)
+    make_request(engine, list(range(600)), max_tokens=2)
+    config = engine.config
+    steps = [engine.schedule()]
+    engine.finish(steps[0])
+    while engine.has_work:
+        steps.append(engine.schedule())
+        engine.finish(steps[-1])
+    assert [s.sampling_seqs for s in steps] == [0, 0, 1, 1]
+    assert steps[0].duration == pytest.approx(config.step_overhead_s
+                                              + 256 * config.prefill_per_token_s)
+    assert steps[2].duration == pytest.approx(config.step_overhead_s
+                                              + 88 * config.prefill_per_token_s + 0.01)
+
+
 def test_decode_steps_get_slower_with_a_bigger_batch() -> None:
     engine, _ = make_engine()
-    one = engine.step_duration(prefill_tokens=0, decode_seqs=1)
-    many = engine.step_duration(prefill_tokens=0, decode_seqs=64)
+    one = engine.step_duration(prefill_tokens=0, sampling_seqs=1)
+    many = engine.step_duration(prefill_tokens=0, sampling_seqs=64)
     assert many - one == pytest.approx(63 * engine.config.decode_per_seq_s)
 
 
@@ -242,7 +260,9 @@ async def test_the_loop_serves_requests_and_stops_when_cancelled() -> None:
     engine.add(EngineRequest("loop", 0, list(range(64)), output, emit, max_tokens=3))
     await asyncio.wait_for(done.wait(), timeout=5)
     assert len(slept) == 3
-    assert slept[0] == engine.step_duration(64, 0) / 4  # sleeps are divided by time_scale
+    # The first step computes the prompt and samples its first token; sleeps are divided
+    # by time_scale.
+    assert slept[0] == engine.step_duration(64, 1) / 4
     task.cancel()
     try:
         await task

@@ -225,3 +225,27 @@ async def test_the_trace_route_is_404_when_off_and_403_without_client_keys(
         refused = await client.get("/admin/trace")
     assert refused.status_code == 403
     assert "admin key" in refused.json()["error"]["message"]
+
+
+async def test_two_deployments_record_the_same_prompt_with_no_text_and_no_id_in_common(
+        tmp_path: Path) -> None:
+    # What issue 28 promises of the file itself: no prompt text in it, and nothing that
+    # joins one deployment's recording to another's.
+    words = ["northwind", "tents", "warranty", "refund", "packaging", "sleeping", "bags"]
+    chat = {"model": "m", "messages": [
+        {"role": "system", "content": " ".join(words * 12)},
+        {"role": "user", "content": "Can I still cancel my order?"}]}
+    recorded: list[str] = []
+    for name, secret in (("a", SECRET_A), ("b", SECRET_B)):
+        path = tmp_path / name / "trace.jsonl"
+        async with gateway(tmp_path, trace={"path": str(path), "secret": secret.decode()}) as client:
+            for _ in range(2):
+                assert (await client.post("/v1/chat/completions", json=chat)).status_code == 200
+        recorded.append(path.read_text())  # the writer wrote what was queued at shutdown
+    first, second = (parse_lines(text.splitlines()) for text in recorded)
+    assert len(first) == len(second) == 2
+    assert first[0].hash_ids == first[1].hash_ids and len(first[0].hash_ids) >= 2
+    assert len(first[0].hash_ids) == len(second[0].hash_ids)
+    assert not set(first[0].hash_ids) & set(second[0].hash_ids)
+    for text in recorded:
+        assert not any(word in text for word in [*words, "cancel", "order"])
