@@ -1,7 +1,7 @@
 """``python -m loadtest replay-check`` end to end, simulated replicas standing in for vLLM.
 
-Three short runs through the real gateway with its trace on (base, twice the
-rate, half the KV blocks), ``prefixgate fit`` reading the replicas during the
+Four short runs through the real gateway with its trace on (base, twice the
+rate, half the KV blocks, the base again), ``prefixgate fit`` reading the replicas during the
 first and stopped with SIGTERM, the replays of the base recording, the
 results folder. Nothing here is timed: the checks are what a user of the
 harness relies on -- every output is written, the recorded file is the
@@ -43,15 +43,18 @@ def check(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_output_is_written_and_every_scenario_has_both_sides(check: Path) -> None:
     for name in ("results.md", "results.json", "replay-check.png", "base/model.json",
                  "base/readings.jsonl", "base/trace.jsonl", "rate-2x/trace.jsonl",
-                 "kv-half/trace.jsonl"):
+                 "kv-half/trace.jsonl", "repeat/trace.jsonl"):
         assert (check / name).stat().st_size > 0, name
     document = json.loads((check / "results.json").read_text())
     scenarios = document["scenarios"]
-    assert set(scenarios) == {"base", "rate-2x", "kv-half", "recorded"}
+    # `repeat` is the base run again for real: the noise floor, predicted by the base's replay
+    assert set(scenarios) == {"base", "rate-2x", "kv-half", "repeat", "recorded"}
     for name, item in scenarios.items():
         assert item["real"]["requests"] == 12 and item["predicted"]["requests"] == 12, name
-        assert item["replay_command"].startswith("prefixgate replay "), name
-    assert {c["scenario"] for c in document["checks"]} == {"base", "rate-2x", "kv-half"}
+        if name != "repeat":
+            assert item["replay_command"].startswith("prefixgate replay "), name
+    assert "replay_command" not in scenarios["repeat"]
+    assert {c["scenario"] for c in document["checks"]} == {"base", "rate-2x", "kv-half", "repeat"}
     model = json.loads((check / "base" / "model.json").read_text())
     assert model["format"] == "prefixgate-latency-model/1" and model["num_blocks"] == 200
     assert "## The fit" in (check / "results.md").read_text()
