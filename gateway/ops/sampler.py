@@ -17,23 +17,34 @@ from prometheus_client import CollectorRegistry
 
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
+from gateway.ops.load import GatewayLoad, LoadReading, read_load
 from gateway.ops.stats import OpsStats, ReplicaReading, read_registry
 
 log = logging.getLogger("prefixgate.ops")
 
 
 class OpsSampler:
-    def __init__(self, pool: ReplicaPool, registry: CollectorRegistry, stats: OpsStats) -> None:
+    def __init__(self, pool: ReplicaPool, registry: CollectorRegistry, stats: OpsStats,
+                 load: GatewayLoad | None = None) -> None:
         self.pool = pool
         self.registry = registry
         self.stats = stats
+        self.load = load or GatewayLoad(stats.clock, stats.window)
+        """The gateway's own load (``gateway.ops.load``), sampled with the replicas."""
         self._task: asyncio.Task[None] | None = None
 
     def readings(self) -> list[ReplicaReading]:
         return read_registry(self.registry, (replica.id for replica in self.pool))
 
-    def start(self) -> None:
+    def load_reading(self) -> LoadReading:
+        return read_load(self.registry)
+
+    def _sample(self) -> None:
         self.stats.sample(self.readings())
+        self.load.sample(self.load_reading())
+
+    def start(self) -> None:
+        self._sample()
         self._task = asyncio.create_task(self._loop(), name="ops-sampler")
 
     async def aclose(self) -> None:
@@ -44,6 +55,6 @@ class OpsSampler:
         while True:
             await asyncio.sleep(self.stats.interval)
             try:
-                self.stats.sample(self.readings())
+                self._sample()
             except Exception:  # a bad reading must not end the ops view for good
                 log.exception("ops sample failed")

@@ -11,6 +11,9 @@
   without an index, such as ``least_load``);
 * the tokenizer each replica's model is rendered with (``tokenizer_provider``:
   ``{"source", "path"}``, see ``gateway.prompt.hashers``);
+* the gateway's own load (``"gateway"``: CPU in cores over the last minute,
+  event-loop lag p99, time before a request leaves p99, requests being
+  prepared, open, waiting for the linter; ``gateway.ops.load``);
 * :class:`OpsStats`, read from the same metrics registry ``/metrics``
   exports (``OpsSampler``): predicted and actual prefix-cache hit rates over
   the last minute and since start; over the last minute the gateway's TTFT
@@ -114,6 +117,7 @@ class OpsView:
             "replicas_healthy": sum(1 for r in replicas if r["healthy"]),
             "replicas": replicas,
             "redis": dict(self.redis_provider()) if self.redis_provider is not None else None,
+            "gateway": self.sampler.load.summary(self.sampler.load_reading()),
             "lint_findings": [
                 {"kind": f.kind, "count": f.count, "severity": f.severity,
                  "suggestion": f.suggestion}

@@ -70,6 +70,10 @@ class LiveLint(Silent):
         self._thread.join(timeout=10)
         self._thread = None
 
+    def queued(self) -> int:
+        """Requests waiting to be linted now (``prefixgate_lint_queue_requests``)."""
+        return self._queue.qsize()
+
     def on_decided(self, exchange: Exchange) -> None:
         if exchange.route.kind != "chat" or exchange.prompt is None:
             return

@@ -38,6 +38,7 @@ from gateway.auth.shared import sharing
 from gateway.config import Settings
 from gateway.fleet.sync import fleet_of
 from gateway.lint.suggest import SUGGESTIONS
+from gateway.ops.load import LoadCollector
 from gateway.ops.loop_lag import GcPauses, LoopLagMeter
 from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.sampler import OpsSampler
@@ -103,6 +104,9 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         live_lint = LiveLint(lint, metrics, preparing) if live.lint.enabled else None
         trace = build_trace(live.trace, policy.name)
         register_collectors(metrics, pool, hashers, lint, keys, fleet, trace)
+        metrics.register(LoadCollector(  # the gateway's own saturation (gateway.ops.load)
+            lambda: preparing.count, drain.in_flight,
+            live_lint.queued if live_lint is not None else None))
         homes = ResponseHomes()
         lifecycle = Lifecycle(build_observers(decider, homes, metrics, policy, fleet,
                                               live_lint, trace))

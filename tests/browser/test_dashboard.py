@@ -213,11 +213,20 @@ def test_dashboard_shows_what_admin_replicas_says(
         body = browser.response_body(
             "/admin/replicas", lambda text: str(json.loads(text)["generated_at"]) == generated_at)
         assert body is not None, "the page's own /admin/replicas response was not seen"
-        received = {r["id"]: r for r in json.loads(body)["replicas"]}
+        answer = json.loads(body)
+        received = {r["id"]: r for r in answer["replicas"]}
         now_shown = shown(browser)
         for replica_id, replica in received.items():
             for field in SHOWN_FIELDS:
                 assert now_shown[replica_id][field] == replica[field], (replica_id, field)
+        # The gateway's own load, above the cards: busy while traffic flows, as answered.
+        load = browser.evaluate("""Object.fromEntries(Array.from(
+            document.querySelectorAll('#gateway-load [data-field]'),
+            e => [e.dataset.field.slice('gateway.'.length), JSON.parse(e.dataset.value)]))""")
+        assert load == {k: answer["gateway"][k] for k in load}, (load, answer["gateway"])
+        assert {"cpu_cores_1m", "loop_lag_p99_1m_s", "requests_preparing",
+                "requests_open"} <= set(load)
+        assert load["cpu_cores_1m"] > 0 and load["loop_lag_p99_1m_s"] is not None, load
 
         sims[2].stop()
         browser.wait_for("document.querySelector('#replica-s2')?.dataset.healthy === 'false'",

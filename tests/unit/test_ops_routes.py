@@ -104,6 +104,22 @@ async def test_dashboard_is_one_self_contained_page() -> None:
     assert "@import" not in page and "<iframe" not in page
 
 
+async def test_the_gateways_own_load_is_in_the_ops_view_and_metrics() -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        for _ in range(3):
+            assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
+        load = (await client.get("/admin/replicas")).json()["gateway"]
+        samples = scrape((await client.get("/metrics")).text)
+    # at rest once answered: nothing being prepared or held; the linter's queue is read
+    assert (load["requests_preparing"], load["requests_open"]) == (0, 0)
+    assert load["lint_queue"] is not None and load["lint_queue"] >= 0
+    assert load["cpu_cores_1m"] is not None and load["cpu_cores_1m"] > 0  # start-up, requests
+    assert load["overhead_p99_1m_s"] is not None  # three requests left for the replica
+    assert samples[("prefixgate_requests_preparing", ())] == 0
+    assert samples[("prefixgate_requests_open", ())] == 0
+    assert samples[("prefixgate_process_cpu_seconds_total", ())] > 0
+
+
 async def test_metrics_carry_the_ops_series() -> None:
     a, b = FakeReplica("a"), FakeReplica("b", up=False)
     async with gateway([a, b]) as client:
