@@ -8,6 +8,8 @@
                                 [--replicas vllm-cpu:2 --vllm-model M --vllm-blocks N]
     python -m loadtest replay-check --out DIR [--workload NAME params] [--phases ...]
                                 (record, fit, replay, re-run for real: issue 28)
+    python -m loadtest profile  --pid PID --duration 30 --out DIR
+                                (where a running gateway's time goes, by stage: py-spy)
     python -m loadtest workloads    list the workloads and their parameters
 
 Every load goes to 127.0.0.1 (the simulated or vLLM-on-CPU replicas and routers
@@ -31,6 +33,8 @@ from loadtest.machine import machine_info
 from loadtest.measure import RunLimits, RunTarget, measure
 from loadtest.overhead import overhead_command
 from loadtest.plots import write_plots
+from loadtest.profile import add_parser as add_profile_parser
+from loadtest.profile import profile_command
 from loadtest.replay_check.cli import add_parser as add_replay_check_parser
 from loadtest.replay_check.cli import replay_check_command
 from loadtest.report import write_outputs
@@ -127,6 +131,7 @@ def parser() -> argparse.ArgumentParser:
     commands.add_parser("workloads", help="list workloads and their parameters")
     add_vllm_bench_parser(commands)
     add_replay_check_parser(commands)
+    add_profile_parser(commands)
     return root
 
 
@@ -178,6 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return vllm_bench_command(args, argv)
         if args.command == "replay-check":
             return replay_check_command(args, argv)
+        if args.command == "profile":
+            return profile_command(args)
         return compare_command(args, argv)
     except (ValueError, FileNotFoundError) as exc:
         print(f"loadtest: {exc}", file=sys.stderr)
