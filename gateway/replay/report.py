@@ -153,12 +153,12 @@ def as_json(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
 
 
 def plot(outcomes: Mapping[int, ReplayOutcome], question: Question | None, path: Path,
-         title: str) -> None:
-    """TTFT p99 (or the question's quantile) against N, the target as a line; needs
-    matplotlib (``pip install prefixgate[loadtest]``)."""
+         title: str, answer: int | None = None) -> None:
+    """TTFT p99 (or the question's quantile) against N, the target as a line, the answer
+    marked; needs matplotlib (``pip install prefixgate[loadtest]``)."""
     from gateway.replay.plot import draw  # matplotlib: only when a plot is asked for
 
-    draw(_series(outcomes, question), question, path, title)
+    draw(_series(outcomes, question), question, path, title, answer)
 
 
 def _series(outcomes: Mapping[int, ReplayOutcome], question: Question | None
