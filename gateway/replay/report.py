@@ -110,8 +110,11 @@ def answer_line(question: Question, answer: int | None,
     q = f"p{question.quantile * 100:g}"
     limit = seconds(question.ttft_limit_s)
     if answer is None:
-        return (f"answer: no replica count up to {question.max_replicas} keeps TTFT {q} "
-                f"under {limit}")
+        if question.max_replicas in outcomes or not outcomes:  # a search: it tries the top
+            return (f"answer: no replica count up to {question.max_replicas} keeps TTFT {q} "
+                    f"under {limit}")
+        tried = ", ".join(str(n) for n in sorted(outcomes))
+        return f"answer: none of the counts replayed ({tried}) keeps TTFT {q} under {limit}"
     below = [n for n in outcomes if n < answer]
     missed = ""
     if below:

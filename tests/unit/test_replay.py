@@ -26,6 +26,7 @@ from gateway.replay.fit import fit_latency, windows
 from gateway.replay.fleet import FleetSpec, replay, replay_with_readings
 from gateway.replay.outcome import ReplayOutcome
 from gateway.replay.plot import draw
+from gateway.replay.report import answer_line
 from gateway.replay.scrape import Reading
 from gateway.replay.search import Question, Replays, smallest_meeting
 from gateway.replay.workload import ReplayItem, Workload, build_workload, nearest_rank
@@ -193,6 +194,16 @@ def test_the_search_finds_the_smallest_count_in_few_replays(needed: int, jobs: i
 def test_the_search_says_when_no_count_is_enough() -> None:
     result = smallest_meeting(Question(1.0, max_replicas=10), _Scripted(11))
     assert result.answer is None and max(result.outcomes) == 10
+
+
+def test_the_answer_line_says_which_counts_missed_when_they_were_given() -> None:
+    question = Question(1.0, max_replicas=64)
+    searched = smallest_meeting(question, _Scripted(65)).outcomes
+    assert answer_line(question, None, searched) == (
+        "answer: no replica count up to 64 keeps TTFT p99 under 1.00 s")
+    given = _Scripted(65).run([20, 22])  # --replicas 20,22 --ttft-p99 1
+    assert answer_line(question, None, given) == (
+        "answer: none of the counts replayed (20, 22) keeps TTFT p99 under 1.00 s")
 
 
 def test_the_search_in_worker_processes_agrees_with_one_process() -> None:
