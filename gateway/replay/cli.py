@@ -208,7 +208,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
     if args.plot:
         plot(outcomes, question, args.plot,
              f"{len(workload):,} requests at {args.speed:g}x, {capacity.blocks:,} blocks, "
-             f"policy {policy}")
+             f"policy {policy}", answer)
     out.write(json.dumps(document, indent=2) + "\n" if args.json
               else render_text(context, outcomes, question, answer))
     return 1 if question is not None and answer is None else 0

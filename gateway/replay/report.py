@@ -110,8 +110,11 @@ def answer_line(question: Question, answer: int | None,
     q = f"p{question.quantile * 100:g}"
     limit = seconds(question.ttft_limit_s)
     if answer is None:
-        return (f"answer: no replica count up to {question.max_replicas} keeps TTFT {q} "
-                f"under {limit}")
+        if question.max_replicas in outcomes or not outcomes:  # a search: it tries the top
+            return (f"answer: no replica count up to {question.max_replicas} keeps TTFT {q} "
+                    f"under {limit}")
+        tried = ", ".join(str(n) for n in sorted(outcomes))
+        return f"answer: none of the counts replayed ({tried}) keeps TTFT {q} under {limit}"
     below = [n for n in outcomes if n < answer]
     missed = ""
     if below:
@@ -153,12 +156,12 @@ def as_json(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
 
 
 def plot(outcomes: Mapping[int, ReplayOutcome], question: Question | None, path: Path,
-         title: str) -> None:
-    """TTFT p99 (or the question's quantile) against N, the target as a line; needs
-    matplotlib (``pip install prefixgate[loadtest]``)."""
+         title: str, answer: int | None = None) -> None:
+    """TTFT p99 (or the question's quantile) against N, the target as a line, the answer
+    marked; needs matplotlib (``pip install prefixgate[loadtest]``)."""
     from gateway.replay.plot import draw  # matplotlib: only when a plot is asked for
 
-    draw(_series(outcomes, question), question, path, title)
+    draw(_series(outcomes, question), question, path, title, answer)
 
 
 def _series(outcomes: Mapping[int, ReplayOutcome], question: Question | None

@@ -7,6 +7,7 @@ simulator's own vLLM metrics inside the replay (``readings_every_s``).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -24,6 +25,8 @@ from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capac
 from gateway.replay.fit import fit_latency, windows
 from gateway.replay.fleet import FleetSpec, replay, replay_with_readings
 from gateway.replay.outcome import ReplayOutcome
+from gateway.replay.plot import draw
+from gateway.replay.report import answer_line
 from gateway.replay.scrape import Reading
 from gateway.replay.search import Question, Replays, smallest_meeting
 from gateway.replay.workload import ReplayItem, Workload, build_workload, nearest_rank
@@ -193,6 +196,16 @@ def test_the_search_says_when_no_count_is_enough() -> None:
     assert result.answer is None and max(result.outcomes) == 10
 
 
+def test_the_answer_line_says_which_counts_missed_when_they_were_given() -> None:
+    question = Question(1.0, max_replicas=64)
+    searched = smallest_meeting(question, _Scripted(65)).outcomes
+    assert answer_line(question, None, searched) == (
+        "answer: no replica count up to 64 keeps TTFT p99 under 1.00 s")
+    given = _Scripted(65).run([20, 22])  # --replicas 20,22 --ttft-p99 1
+    assert answer_line(question, None, given) == (
+        "answer: none of the counts replayed (20, 22) keeps TTFT p99 under 1.00 s")
+
+
 def test_the_search_in_worker_processes_agrees_with_one_process() -> None:
     workload = conversations(rate=30.0, groups=20, turns=8)
     four = replay(workload, spec(4))
@@ -338,6 +351,23 @@ def test_sigterm_ends_a_live_fit_as_ctrl_c_does() -> None:
                                          log=logged.append, sleep=terminated)
     assert readings == {} and any("interrupted" in line for line in logged)
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_the_plot_ticks_every_count_replayed_labels_them_apart_and_marks_the_answer(
+        tmp_path: Path) -> None:
+    # A search's counts, as the Mooncake replay's: doublings, then a bisection of 16-32.
+    series = [(n, None, None, True) for n in (1, 2, 4, 8, 16, 20, 21)] + [
+        (n, 9.0 - n / 100, 0.15, False) for n in (22, 24, 32)]
+    figure = draw(series, Question(10.0), tmp_path / "n.png", "t", answer=22)
+    axes = figure.axes[0]
+    labelled = [tick for tick in axes.get_xticks() if 0 <= tick <= 32]
+    assert all(b - a >= 2 for a, b in itertools.pairwise(labelled))
+    assert {n for n, *_ in series} <= {round(t) for t in
+                                       [*axes.get_xticks(), *axes.get_xticks(minor=True)]}
+    legend = axes.get_legend()
+    assert legend is not None
+    assert "answer: 22 replicas" in [text.get_text() for text in legend.get_texts()]
+    assert (tmp_path / "n.png").stat().st_size > 1000
 
 
 # -- the command ---------------------------------------------------------------------
