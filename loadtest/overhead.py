@@ -562,8 +562,9 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
             "\n" + notes if notes else "")
     markdown.write(out / "overhead.md", table, "Gateway overhead")
     merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
-    ttft_cdf(merged, out / "overhead_ttft_cdf.png",
-             f"TTFT, {args.concurrency} concurrent streams, direct vs gateway")
+    load = (f"open loop at {args.rate:g} requests/s" if args.rate
+            else f"{args.concurrency} concurrent streams")
+    ttft_cdf(merged, out / "overhead_ttft_cdf.png", f"TTFT, {load}, each path")
     print(table)
     return 0
 
