@@ -106,6 +106,13 @@ def parser() -> argparse.ArgumentParser:
     overhead.add_argument("--null-proxy", action="store_true",
                           help="also measure a pass-through proxy on the gateway's server stack "
                                "(loadtest/null_proxy.py): what the extra hop alone costs")
+    overhead.add_argument("--peers", default="", metavar="LIST",
+                          help="peer routers in front of the same replica, comma-separated, e.g. "
+                               "sglang-router:cache_aware,vllm-router:cache_aware (installed on "
+                               "first use; one that cannot be is reported unavailable)")
+    overhead.add_argument("--rotate", action="store_true",
+                          help="shift the order of the paths by one each round, so that no path "
+                               "always runs first or last")
     _limits_arguments(overhead)
 
     compare = commands.add_parser("compare", help="every router in front of the same replicas")

@@ -40,6 +40,28 @@ server stack (``loadtest/null_proxy.py``, pinned like the gateways): what the
 extra hop alone costs on this machine, so that a gateway's figures minus the
 null proxy's are its own work.
 
+``--peers sglang-router:cache_aware,vllm-router:cache_aware`` adds the peer
+routers (installed into venvs of their own on first use, :mod:`.peers`) as
+more paths in front of the same replica, run in every round like the
+gateways, pinned like them under ``--pin`` (started already on the
+proxies' CPU, so a runtime that sizes its thread pool to the usable cores
+sees one). A peer that cannot be installed or started is reported
+"unavailable" and the run goes on without it. Both peers forward the
+client's ``X-Request-Id``, so their TTFT outside the replica is joined to
+the replica's timing log like the gateways'. ``--rotate`` shifts the order
+of the paths by one each round (the order within a round moved client-side
+figures by a few ms in earlier runs; rotated, no path always runs last).
+
+CPU per request: the user + system CPU seconds, over its measured rounds,
+of the process tree the benchmark started for the path (the root and every
+descendant, all threads: :mod:`.proc_tree`), divided by the requests. For
+the peers that tree is one process: the Python launcher loads the Rust
+router as an extension and runs it in-process (vllm-router 0.1.17 and
+sglang-router 0.3.2 rename themselves ``vllm::router``, ``sglang::router``;
+no child processes). Reported for each proxy as a multiple of the null
+proxy's (``cpu_over_null``) and of each peer's (``cpu_over_peers``; the
+"Side by side" table and the lines under it).
+
 At a concurrency that saturates the machine, closed-loop latency is
 ``concurrency / throughput``: the end-to-end difference then measures the
 gateway's CPU cost per request (it takes cores from the replica and the load
@@ -57,7 +79,8 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -66,13 +89,14 @@ from typing import Any
 import httpx
 
 from loadtest import markdown
-from loadtest.contenders import ContenderSpec, launch
+from loadtest.contenders import ContenderSpec, ContenderUnavailable, launch
 from loadtest.driver import DriveResult
 from loadtest.histogram import beyond_buckets, delta, quantile, scrape_histograms
 from loadtest.loop import loop_name, run
 from loadtest.machine import machine_info
 from loadtest.measure import MeasuredRun, RunLimits, RunTarget, measure
 from loadtest.plots import ttft_cdf
+from loadtest.proc_tree import tree_cpu_seconds, tree_shape, tree_threads
 from loadtest.processes import Service, ServiceGroup, free_port
 from loadtest.results import ContenderResult
 from loadtest.sims import SimFleetSpec, reset_caches, start_sims
@@ -90,6 +114,7 @@ GC_SERIES = "prefixgate_gc_pause_seconds"
 GATEWAY_SERIES = (OVERHEAD_SERIES, ADDED_TTFT_SERIES, LOOP_LAG_SERIES, GC_SERIES)
 """The gateway's own histograms, read back around each measured run."""
 NULL_PROXY = "null-proxy"
+PEER_KINDS = ("vllm-router", "sglang-router")
 
 
 @dataclass(frozen=True)
@@ -145,6 +170,8 @@ class PathFigures:
     measured rounds, per request: its whole cost, whatever the latency."""
     cpu_over_null: float | None = None
     """``cpu_ms_per_request`` as a multiple of the null proxy's."""
+    cpu_over_peers: dict[str, float] | None = None
+    """``cpu_ms_per_request`` as a multiple of each peer router's (``--peers``), by name."""
 
 
 def overhead_workload(args: argparse.Namespace, seed: int) -> Workload:
@@ -225,14 +252,6 @@ def _over_null(path: PathFigures, null: PathFigures) -> PathFigures:
                           "over_null_p99_ms": _diff(path.outside_p99_ms, null.outside_p99_ms)})
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (every thread), from /proc."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    # After the command name: state is field 3, utime and stime fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _with_cpu(path: PathFigures, seconds: float | None, null: PathFigures | None) -> PathFigures:
     if seconds is None or not path.requests:
         return path
@@ -240,6 +259,47 @@ def _with_cpu(path: PathFigures, seconds: float | None, null: PathFigures | None
     base = null.cpu_ms_per_request if null is not None else None
     return PathFigures(**{**path.__dict__, "cpu_ms_per_request": per_request,
                           "cpu_over_null": per_request / base if base else None})
+
+
+def with_peer_ratios(rows: Sequence[PathFigures], peers: Sequence[str]) -> list[PathFigures]:
+    """Each row's CPU per request as a multiple of each peer's (a peer's own ratio is 1)."""
+    bases = {p.name: p.cpu_ms_per_request for p in rows if p.name in peers}
+    out = []
+    for row in rows:
+        if row.cpu_ms_per_request is None:
+            out.append(row)
+            continue
+        ratios = {name: row.cpu_ms_per_request / base for name, base in bases.items() if base}
+        out.append(PathFigures(**{**row.__dict__, "cpu_over_peers": ratios or None}))
+    return out
+
+
+def parse_peers(text: str) -> list[ContenderSpec]:
+    """``--peers``: comma-separated peer routers, e.g. ``sglang-router:cache_aware``."""
+    specs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            spec = ContenderSpec.parse(item)
+        except ValueError as exc:
+            raise SystemExit(f"--peers: {exc}") from None
+        if spec.kind not in PEER_KINDS:
+            raise SystemExit(f"--peers: {item!r} is not a peer router "
+                             f"({' or '.join(k + ':POLICY' for k in PEER_KINDS)})")
+        if spec in specs:
+            raise SystemExit(f"--peers: {item!r} given twice")
+        specs.append(spec)
+    return specs
+
+
+def round_order(names: Sequence[str], round_index: int, rotate: bool) -> list[str]:
+    """The paths in the order a round runs them: as given, or shifted by one per round
+    (``--rotate``), so that no path always runs first or last."""
+    if not rotate or not names:
+        return list(names)
+    shift = round_index % len(names)
+    return list(names[shift:]) + list(names[:shift])
 
 
 def start_null_proxy(upstream: str, group: ServiceGroup, log_dir: Path) -> str:
@@ -369,45 +429,88 @@ def markdown_table(paths: Sequence[PathFigures], target_p50: float, target_p99: 
     return markdown.table(HEADER, (_row(p) for p in paths)) + "\n" + "\n".join(verdicts) + "\n"
 
 
+def side_by_side(paths: Sequence[PathFigures], peers: Sequence[str]) -> str:
+    """Every path on the figures a comparison with the peers needs, then CPU per request
+    of each proxy as a multiple of the null proxy's and of each peer's."""
+    header = ["path", "TTFT outside the replica p50 / p99 ms", "over the null proxy p50 / p99 ms",
+              "e2e p50 / p99 ms", "req/s", "CPU ms per request", "x null proxy",
+              *(f"x {peer}" for peer in peers)]
+    rows = []
+    for p in paths:
+        over = (p.over_null_p50_ms, p.over_null_p99_ms)
+        ratios = p.cpu_over_peers or {}
+        rows.append([p.name, _pair(p.outside_p50_ms, p.outside_p99_ms, 2),
+                     _pair(*over, 2) if over[0] is not None else markdown.MISSING,
+                     _pair(p.e2e_p50_ms, p.e2e_p99_ms), markdown.num(p.throughput_rps, 2),
+                     markdown.num(p.cpu_ms_per_request, 2), markdown.num(p.cpu_over_null, 2),
+                     *(markdown.num(ratios.get(peer), 2) for peer in peers)])
+    lines = []
+    for p in paths:
+        if p.cpu_ms_per_request is None or p.name in (NULL_PROXY, *peers):
+            continue
+        parts = [f"{p.cpu_over_null:.2f}x null proxy"] if p.cpu_over_null is not None else []
+        parts += [f"{ratio:.2f}x {peer}" for peer, ratio in (p.cpu_over_peers or {}).items()]
+        if parts:
+            lines.append(f"- {p.name} CPU/request = {', '.join(parts)}")
+    return markdown.table(header, rows) + ("\n" + "\n".join(lines) + "\n" if lines else "")
+
+
 def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out: Path = args.out
     log_dir = out / "logs"
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    gateways = [ContenderSpec("prefixgate", p) for p in policies]
+    peers = parse_peers(args.peers)
     fleet = SimFleetSpec(count=1, num_blocks=args.num_blocks, time_scale=args.time_scale,
-                         extra_args=tuple(shlex.split(args.sim_args)))
+                         extra_args=tuple(shlex.split(args.sim_args)),
+                         kv_events=any(s.needs_kv_events() for s in (*gateways, *peers)))
     limits = RunLimits(max_duration=args.max_duration, request_timeout=args.request_timeout,
                        raw_client=args.client == "raw")
-    runs: dict[str, list[MeasuredRun]] = {"direct": []}
-    if args.null_proxy:
-        runs[NULL_PROXY] = []
-    runs.update({f"prefixgate:{p}": [] for p in policies})
     histograms: dict[str, dict[str, dict[float, float]]] = {}
     """Per gateway path, per series: bucket counts summed over the measured rounds."""
-    hops: dict[str, list[tuple[float, float]]] = {name: [] for name in runs}
     cpu: dict[str, float] = {}
-    """Per proxy path (null proxy, gateways): its process's CPU seconds over the measured rounds."""
+    """Per proxy path (null proxy, gateways, peers): its process tree's CPU seconds over the
+    measured rounds."""
+    unavailable: dict[str, str] = {}
+    """Peers that could not be installed or started, and why."""
+    shapes: dict[str, dict[str, int]] = {}
+    """Per proxy path: the processes and threads of its tree after the last round."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.pin and len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
-        if args.null_proxy:
-            urls[NULL_PROXY] = start_null_proxy(replicas[0].url, group, log_dir)
-        for policy in policies:
-            spec = ContenderSpec("prefixgate", policy)
-            urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(), group,
-                                     log_dir)
-        if args.pin:
-            pin(group, gateways=[s for s in group.services
-                                 if s.name.startswith("prefixgate") or s.name == NULL_PROXY])
+        # Under --pin every proxy starts on the proxies' CPU, so a router that sizes its
+        # thread pool to the cores it may use (a Tokio runtime) sees that one.
+        with _affinity({cpus[0]} if args.pin else set(cpus)):
+            if args.null_proxy:
+                urls[NULL_PROXY] = start_null_proxy(replicas[0].url, group, log_dir)
+            for spec in gateways:
+                urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(),
+                                         group, log_dir)
+            for spec in peers:
+                try:
+                    urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(),
+                                             group, log_dir)
+                except ContenderUnavailable as exc:
+                    unavailable[spec.name] = str(exc)
+                    print(f"{spec.name} unavailable: {exc}", file=sys.stderr, flush=True)
         # A gateway's service is named after its contender, ":" spelled "-".
         pids = {name: s.process.pid for name in urls for s in group.services
                 if s.name in (name, name.replace(":", "-")) and s.process is not None}
+        if args.pin:
+            pin(group, proxies=[pids[name] for name in urls if name in pids])
+        runs: dict[str, list[MeasuredRun]] = {name: [] for name in urls}
+        hops: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
         for round_index in range(args.rounds + 1):
             workload = overhead_workload(args, seed=round_index)
-            for name, url in urls.items():
+            for name in round_order(list(urls), round_index, args.rotate):
+                url = urls[name]
                 reset_caches(replicas)
                 gateway = name.startswith("prefixgate")
                 before = scrape_histograms(url, GATEWAY_SERIES) if gateway else {}
-                cpu_before = process_cpu_seconds(pids[name]) if name in pids else 0.0
+                cpu_before = tree_cpu_seconds(pids[name]) if name in pids else 0.0
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, RunTarget(name, url, fleet.model), [],
@@ -415,7 +518,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if round_index > 0:
                     runs[name].append(measured)
                     if name in pids:
-                        cpu[name] = (cpu.get(name, 0.0) + process_cpu_seconds(pids[name])
+                        cpu[name] = (cpu.get(name, 0.0) + tree_cpu_seconds(pids[name])
                                      - cpu_before)
                     hops[name].extend(outside_replica(measured, replica_timings(replicas[0].url)))
                     if gateway:
@@ -424,6 +527,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             total = histograms.setdefault(name, {}).setdefault(series, {})
                             for bound, count in delta(before[series], after[series]).items():
                                 total[bound] = total.get(bound, 0.0) + count
+        shapes = {name: tree_shape(pid) for name, pid in pids.items()}
     figures = {name: _with_outside(_figures(name, rs), hops[name]) for name, rs in runs.items()}
     direct = figures["direct"]
     rows = [direct] + [_with_overhead(f, direct, histograms.get(n, {}))
@@ -431,9 +535,11 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     null = figures.get(NULL_PROXY)
     if null is not None:
         null = _with_cpu(null, cpu.get(NULL_PROXY), None)
-        rows = [_over_null(row, null) if row.name.startswith("prefixgate") else row
+        rows = [_over_null(row, null) if row.name not in ("direct", NULL_PROXY) else row
                 for row in rows]
     rows = [_with_cpu(row, cpu.get(row.name), null) for row in rows]
+    measured_peers = [spec.name for spec in peers if spec.name in urls]
+    rows = with_peer_ratios(rows, measured_peers)
     out.mkdir(parents=True, exist_ok=True)
     meta: dict[str, Any] = {
         "command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),
@@ -441,35 +547,57 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "concurrency": args.concurrency, "requests_per_round": args.requests,
         "rounds": args.rounds, "prompt_len": args.prompt_len, "output_len": args.output_len,
         "sim": {"time_scale": args.time_scale, "num_blocks": args.num_blocks,
-                "extra_args": args.sim_args},
-        "rate": args.rate, "pinned": args.pin, "client": args.client,
+                "extra_args": args.sim_args, "kv_events": fleet.kv_events},
+        "rate": args.rate, "pinned": args.pin, "client": args.client, "rotate": args.rotate,
+        "peers": [spec.name for spec in peers], "unavailable": unavailable,
+        "process_trees": shapes,
     }
     (out / "overhead.json").write_text(json.dumps(
         {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
     table = markdown_table(rows, 2.0, 5.0)
+    if peers:
+        notes = "".join(f"- {name}: unavailable: {reason.splitlines()[0] if reason else ''}\n"
+                        for name, reason in unavailable.items())
+        table += "\n## Side by side\n\n" + side_by_side(rows, measured_peers) + (
+            "\n" + notes if notes else "")
     markdown.write(out / "overhead.md", table, "Gateway overhead")
     merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
-    ttft_cdf(merged, out / "overhead_ttft_cdf.png",
-             f"TTFT, {args.concurrency} concurrent streams, direct vs gateway")
+    load = (f"open loop at {args.rate:g} requests/s" if args.rate
+            else f"{args.concurrency} concurrent streams")
+    ttft_cdf(merged, out / "overhead_ttft_cdf.png", f"TTFT, {load}, each path")
     print(table)
     return 0
 
 
-def pin(group: ServiceGroup, gateways: Sequence[Any]) -> None:
-    """CPU 0 for the gateways, the other CPUs for everything else (this process too)."""
+@contextmanager
+def _affinity(cpus: set[int]) -> Iterator[None]:
+    """This thread (and the processes it starts meanwhile) on ``cpus``; restored after."""
+    saved = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, saved)
+
+
+def pin(group: ServiceGroup, proxies: Sequence[int]) -> None:
+    """CPU 0 for the proxies' process trees (gateways, null proxy, peers), the other CPUs
+    for everything else (this process too)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
     own, rest = {cpus[0]}, set(cpus[1:])
     for service in group.services:
         if service.process is not None:
-            _pin_process(service.process.pid, own if service in gateways else rest)
-    _pin_process(os.getpid(), rest)
-    print(f"pinned: gateways on CPU {cpus[0]}, replica and load generator on "
+            _pin_tree(service.process.pid, own if service.process.pid in proxies else rest)
+    for tid in os.listdir(f"/proc/{os.getpid()}/task"):  # this process, not its children
+        os.sched_setaffinity(int(tid), rest)
+    print(f"pinned: gateways and peers on CPU {cpus[0]}, replica and load generator on "
           f"{sorted(rest)}", file=sys.stderr)
 
 
-def _pin_process(pid: int, cpus: set[int]) -> None:
-    """Every thread of the process (affinity is per thread on Linux)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
+def _pin_tree(pid: int, cpus: set[int]) -> None:
+    """Every thread of every process in the tree (affinity is per thread on Linux)."""
+    for tid in tree_threads(pid):
+        with suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(tid, cpus)
