@@ -32,11 +32,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.ops.stats import WINDOW_SECONDS, Totals
+from gateway.ops.stats import WINDOW_SECONDS, Collected, Totals, families, window_baseline
 
 Count = Callable[[], int]
 
@@ -91,11 +90,11 @@ class LoadReading:
     lint_queue: int | None = None
 
 
-def read_load(registry: CollectorRegistry) -> LoadReading:
+def read_load(registry: Collected) -> LoadReading:
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
-    for family in registry.collect():
+    for family in families(registry):
         for sample in family.samples:
             name = sample.name
             if name == CPU_SERIES:
@@ -141,16 +140,7 @@ class GatewayLoad:
         }
 
     def _baseline(self, now: float) -> tuple[float, Totals]:
-        """The newest sample at least ``window`` old, else the oldest."""
-        if not self._samples:
-            return now, Totals()
-        cutoff = now - self.window
-        chosen = self._samples[0]
-        for sample in self._samples:
-            if sample[0] > cutoff:
-                break
-            chosen = sample
-        return chosen
+        return window_baseline(self._samples, now, self.window)
 
 
 def _round(value: float | None) -> float | None:

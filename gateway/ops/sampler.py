@@ -33,15 +33,16 @@ class OpsSampler:
         """The gateway's own load (``gateway.ops.load``), sampled with the replicas."""
         self._task: asyncio.Task[None] | None = None
 
-    def readings(self) -> list[ReplicaReading]:
-        return read_registry(self.registry, (replica.id for replica in self.pool))
-
-    def load_reading(self) -> LoadReading:
-        return read_load(self.registry)
+    def readings(self) -> tuple[list[ReplicaReading], LoadReading]:
+        """The replicas' readings and the gateway's own, from one collection."""
+        collected = list(self.registry.collect())
+        return (read_registry(collected, (replica.id for replica in self.pool)),
+                read_load(collected))
 
     def _sample(self) -> None:
-        self.stats.sample(self.readings())
-        self.load.sample(self.load_reading())
+        replicas, load = self.readings()
+        self.stats.sample(replicas)
+        self.load.sample(load)
 
     def start(self) -> None:
         self._sample()

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
 
 WINDOW_SECONDS = 60.0
 SAMPLE_INTERVAL_SECONDS = 2.0
@@ -162,14 +163,22 @@ class ReplicaReading:
     """Cumulative series as exported (a replica's own may fall when it restarts)."""
 
 
-def read_registry(registry: CollectorRegistry,
+Collected = CollectorRegistry | Iterable[Metric]
+"""A registry, or the families one collection of it gave (read by several readers)."""
+
+
+def families(source: Collected) -> Iterable[Metric]:
+    return source.collect() if isinstance(source, CollectorRegistry) else source
+
+
+def read_registry(registry: Collected,
                   replica_ids: Iterable[str]) -> list[ReplicaReading]:
     """One reading per replica from one collection of the registry."""
     ids = list(replica_ids)
     gauges: dict[str, dict[str, float]] = {r: {} for r in ids}
     counters: dict[str, dict[str, float]] = {r: {} for r in ids}
     buckets: dict[str, dict[str, dict[float, float]]] = {r: {} for r in ids}
-    for family in registry.collect():
+    for family in families(registry):
         for sample in family.samples:
             replica = sample.labels.get("replica")
             if replica not in gauges:
@@ -301,16 +310,20 @@ class OpsStats:
         return out
 
     def _baseline(self, track: _Track, now: float) -> tuple[float, Totals]:
-        """The newest sample at least ``window`` old, else the oldest."""
-        if not track.samples:
-            return now, Totals()
-        cutoff = now - self.window
-        chosen = track.samples[0]
-        for sample in track.samples:
-            if sample[0] > cutoff:
-                break
-            chosen = sample
-        return chosen
+        return window_baseline(track.samples, now, self.window)
+
+
+def window_baseline(samples: Iterable[tuple[float, Totals]], now: float,
+                    window: float) -> tuple[float, Totals]:
+    """Of timed samples, oldest first: the newest at least ``window`` old, else the oldest
+    (``(now, Totals())`` when there are none)."""
+    cutoff = now - window
+    chosen: tuple[float, Totals] | None = None
+    for sample in samples:
+        if chosen is not None and sample[0] > cutoff:
+            break
+        chosen = sample
+    return chosen if chosen is not None else (now, Totals())
 
 
 def _folded(track: _Track, reading: ReplicaReading) -> Totals:

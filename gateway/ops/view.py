@@ -101,7 +101,8 @@ class OpsView:
 
     def payload(self) -> dict[str, Any]:
         now = self.stats.clock()
-        by_id = {s.replica_id: s for s in self.stats.stats(self.sampler.readings())}
+        readings, load = self.sampler.readings()
+        by_id = {s.replica_id: s for s in self.stats.stats(readings)}
         tokenizers = self.tokenizer_provider()
         replicas = [self._replica(r, by_id[r.id], now, tokenizers) for r in self.pool]
         lint = sorted(self.lint_provider(), key=lambda f: (-f.count, f.kind))
@@ -117,7 +118,7 @@ class OpsView:
             "replicas_healthy": sum(1 for r in replicas if r["healthy"]),
             "replicas": replicas,
             "redis": dict(self.redis_provider()) if self.redis_provider is not None else None,
-            "gateway": self.sampler.load.summary(self.sampler.load_reading()),
+            "gateway": self.sampler.load.summary(load),
             "lint_findings": [
                 {"kind": f.kind, "count": f.count, "severity": f.severity,
                  "suggestion": f.suggestion}
