@@ -325,8 +325,9 @@ class Proxy:
                     outcome.error = "client disconnected"
                 self.lifecycle.complete(exchange)
 
-        return RelayStream(observer.watch(first, upstream.chunks), upstream.status_code,
-                           headers, finish, drain=self.drain, disconnected=disconnected)
+        return RelayStream(upstream.chunks, upstream.status_code, headers, finish,
+                           first=first, seen=observer.feed, drain=self.drain,
+                           disconnected=disconnected)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

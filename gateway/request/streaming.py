@@ -1,7 +1,10 @@
 """An ASGI response that relays a replica's stream and cleans up however it ends.
 
 It takes an iterator of chunks and one completion hook (as starlette's
-``StreamingResponse`` takes an iterator and a background task): the hook is
+``StreamingResponse`` takes an iterator and a background task), and
+optionally the first chunk already read and a ``seen`` callback each chunk is
+shown on its way (the proxy's usage observer: a plain call per chunk, not
+another async iterator layered on the replica's): the hook is
 told once how the stream ended (``RelayEnd``), whatever way it ends — after
 the last byte, on an upstream failure, or when the client goes away — and
 releases what the request acquired (the proxy's: the replica lease, the
@@ -62,7 +65,9 @@ class RelayStream(Response):
     Like starlette's ``StreamingResponse``: an iterator and one hook. ``drain``,
     when given, holds the stream while it relays so its end can cut it;
     ``disconnected`` is the proxy's watch on the client (done when it left),
-    else the relay watches ``receive`` itself.
+    else the relay watches ``receive`` itself. ``first``: the first chunk, already
+    read from the replica (None: read it from ``chunks``); ``seen`` is called with
+    every chunk relayed, ``first`` included.
     """
 
     def __init__(
@@ -72,11 +77,15 @@ class RelayStream(Response):
         headers: Mapping[str, str],
         on_complete: Callable[[RelayEnd], Awaitable[None]],
         *,
+        first: bytes | None = None,
+        seen: Callable[[bytes], object] | None = None,
         drain: Drain | None = None,
         disconnected: asyncio.Future[None] | None = None,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.chunks = chunks
+        self.first = first
+        self.seen = seen
         self.status_code = status_code
         self.background = None
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -114,7 +123,10 @@ class RelayStream(Response):
     async def _begin(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
-        first = await anext(self.chunks, b"")
+        first = self.first if self.first is not None else await anext(self.chunks, b"")
+        self.first = None
+        if self.seen is not None:
+            self.seen(first)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         self.first_sent_at = time.perf_counter()
 
@@ -144,9 +156,15 @@ class RelayStream(Response):
         return ConnectionAbortedError("client disconnected")
 
     async def _relay(self, send: Send) -> None:
+        seen = self.seen
         try:
-            async for chunk in self.chunks:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if seen is None:
+                async for chunk in self.chunks:
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            else:
+                async for chunk in self.chunks:
+                    seen(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
                                   "BadGatewayError", "upstream_stream_broken")

@@ -9,7 +9,6 @@ SSE events and keeps the tail of the stream, where vLLM puts the usage chunk
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import orjson
@@ -66,15 +65,6 @@ class StreamObserver:
         # (kept as a list: no copying per chunk).
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
-
-    async def watch(self, first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """``first``, then ``rest``, each chunk seen on its way."""
-        self.feed(first)
-        yield first
-        feed = self.feed
-        async for chunk in rest:
-            feed(chunk)
-            yield chunk
 
     def feed(self, chunk: bytes) -> None:
         self.events += chunk.count(b"data: ")
