@@ -505,6 +505,51 @@ static PyObject *Table_release(Table *t, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *Table_add_all(Table *t, PyObject *args) {
+    Py_ssize_t slot; PyObject *hashes;
+    if (!PyArg_ParseTuple(args, "nO", &slot, &hashes)) return NULL;
+    if (need_ordered(t, 0) < 0 || slot_room(t, slot) < 0) return NULL;
+    Keys k;
+    if (keys_of(hashes, &k) < 0) return NULL;
+    Py_ssize_t j = 0;
+    for (; j < k.count; j++) {
+        uint32_t *value = pair_value(t, k.keys[j], (uint32_t)slot);
+        if (value != NULL) {
+            if (*value == UINT32_MAX) { PyErr_SetString(PyExc_OverflowError, "count"); break; }
+            (*value)++;
+        } else if (pair_insert(t, k.keys[j], (uint32_t)slot, 1) < 0) {
+            break;
+        }
+    }
+    int failed = j < k.count;
+    for (Py_ssize_t q = 0; failed && q < j; q++) {  /* undo what was added: all or nothing */
+        uint32_t *value = pair_value(t, k.keys[q], (uint32_t)slot), unused;
+        if (value != NULL && *value > 1) (*value)--;
+        else if (value != NULL) pair_delete(t, k.keys[q], (uint32_t)slot, &unused);
+    }
+    keys_free(&k);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Table_release_all(Table *t, PyObject *args) {
+    Py_ssize_t slot; PyObject *hashes;
+    if (!PyArg_ParseTuple(args, "nO", &slot, &hashes)) return NULL;
+    if (need_ordered(t, 0) < 0 || slot_room(t, slot) < 0) return NULL;
+    Keys k;
+    if (keys_of(hashes, &k) < 0) return NULL;
+    Py_ssize_t released = 0;
+    for (Py_ssize_t j = 0; j < k.count; j++) {
+        uint32_t *value = pair_value(t, k.keys[j], (uint32_t)slot), unused;
+        if (value == NULL) continue;
+        released++;
+        if (*value > 1) (*value)--;
+        else pair_delete(t, k.keys[j], (uint32_t)slot, &unused);
+    }
+    keys_free(&k);
+    return PyLong_FromSsize_t(released);
+}
+
 static PyObject *Table_count(Table *t, PyObject *args) {
     Py_ssize_t slot; PyObject *hash; uint64_t key;
     if (!PyArg_ParseTuple(args, "nO", &slot, &hash)) return NULL;
@@ -706,6 +751,8 @@ static PyMethodDef Table_methods[] = {
     {"stamp", (PyCFunction)Table_stamp, METH_VARARGS, "stamp(slot, hash) -> float | None: ordered"},
     {"add", (PyCFunction)Table_add, METH_VARARGS, "add(slot, hash): counted: one more reference"},
     {"release", (PyCFunction)Table_release, METH_VARARGS, "release(slot, hash): counted: one reference less (gone at 0)"},
+    {"add_all", (PyCFunction)Table_add_all, METH_VARARGS, "add_all(slot, hashes): counted: one more reference to each (a repeated hash counts twice)"},
+    {"release_all", (PyCFunction)Table_release_all, METH_VARARGS, "release_all(slot, hashes) -> released: counted: one reference less to each held (gone at 0); how many were held"},
     {"count", (PyCFunction)Table_count, METH_VARARGS, "count(slot, hash) -> int: counted"},
     {"discard", (PyCFunction)Table_discard, METH_VARARGS, "discard(slot, hashes): drop these pairs"},
     {"clear", (PyCFunction)Table_clear, METH_VARARGS, "clear(slot): drop every pair of the slot"},

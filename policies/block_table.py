@@ -10,7 +10,8 @@ replicas holding it, and each (hash, replica) pair carries a value:
   moves pairs to the newest end, ``evict`` drops the oldest beyond a count,
   ``drop_stale`` drops the oldest while they are not fresh.
 * *counted* tables (the precise index's confirmed blocks): the value is a
-  reference count (``add`` / ``release``).
+  reference count (``add`` / ``release``, or a whole prompt's blocks at once with
+  ``add_all`` / ``release_all``: the pending-prefix index, ``policies.pending``).
 
 ``match`` walks a prompt's hashes once from the first block, intersecting
 holder sets: a replica's leading run ends at the block where it drops out, and
@@ -73,6 +74,10 @@ class BlockTable(Protocol):
     def add(self, slot: int, block_hash: int) -> None: ...
 
     def release(self, slot: int, block_hash: int) -> None: ...
+
+    def add_all(self, slot: int, hashes: Sequence[int]) -> None: ...
+
+    def release_all(self, slot: int, hashes: Sequence[int]) -> int: ...
 
     def count(self, slot: int, block_hash: int) -> int: ...
 

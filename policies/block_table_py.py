@@ -113,6 +113,20 @@ class PyBlockTable:
             del pairs[block_hash]
             self._delete(slot, block_hash)
 
+    def add_all(self, slot: int, hashes: Sequence[int]) -> None:
+        for block_hash in hashes:
+            self.add(slot, block_hash)
+
+    def release_all(self, slot: int, hashes: Sequence[int]) -> int:
+        self._need(False)
+        pairs = self._of(slot)
+        released = 0
+        for block_hash in hashes:
+            if pairs.get(block_hash & _U64):
+                released += 1
+                self.release(slot, block_hash)
+        return released
+
     def count(self, slot: int, block_hash: int) -> int:
         self._need(False)
         count: int = self._of(slot).get(block_hash & _U64, 0)

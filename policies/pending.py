@@ -23,91 +23,62 @@ outstanding prefill (``ReplicaView.pending_prefill_tokens``) is what a
 request queued behind it waits for, and the scorer weighs it against paying
 the prefill elsewhere (:mod:`policies.cost_scorer`).
 
-Storage: one dict, block hash -> {replica: requests in flight holding it}.
-Chained hashes make a held block imply its whole prefix, so a replica's
-pending blocks are closed under prefixes and the walk stops at the first
-block a replica lacks. ``add`` and ``discard`` cost O(blocks of the
-request); ``match`` O(matched blocks x replicas still matching). Memory is
-bounded by the requests in flight: every ``add`` is followed by its
-``discard`` (the gateway's lease on the request guarantees it), even when the
-replica left rotation meanwhile.
+Storage: a counted block table (``policies.block_table``), the structure
+the precise index keeps its confirmed blocks in: each (block, replica) pair
+holds the number of requests in flight carrying that block. Chained hashes
+make a held block imply its whole prefix, so a replica's pending blocks are
+closed under prefixes and ``match`` is the table's one walk from the first
+block. ``add`` and ``discard`` are one call each, whatever the prompt's
+length (the compiled table takes the whole list; the pure-Python one, used
+when the extension is not built, loops). Memory is bounded by the requests
+in flight: every ``add`` is followed by its ``discard`` (the gateway's lease
+on the request guarantees it), even when the replica left rotation
+meanwhile; a replica with nothing pending gives its slot back.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from policies.block_table import BlockTableFactory, ReplicaSlots, default_tables
+
 
 class PendingPrefixes:
-    def __init__(self) -> None:
-        self._holders: dict[int, dict[str, int]] = {}
+    def __init__(self, tables: BlockTableFactory = default_tables) -> None:
+        self._table = tables(False)
+        self._slots = ReplicaSlots()
         self._blocks: dict[str, int] = {}
         """Per replica, the pending (block, request) pairs: a size for the ops view."""
 
     def add(self, replica_id: str, block_hashes: Sequence[int]) -> None:
         """A request holding ``block_hashes`` was sent to ``replica_id``."""
-        holders = self._holders
-        for block_hash in block_hashes:
-            counts = holders.get(block_hash)
-            if counts is None:
-                holders[block_hash] = {replica_id: 1}
-            else:
-                counts[replica_id] = counts.get(replica_id, 0) + 1
-        if block_hashes:
-            self._blocks[replica_id] = self._blocks.get(replica_id, 0) + len(block_hashes)
+        if not block_hashes:
+            return
+        self._table.add_all(self._slots.slot(replica_id), block_hashes)
+        self._blocks[replica_id] = self._blocks.get(replica_id, 0) + len(block_hashes)
 
     def discard(self, replica_id: str, block_hashes: Sequence[int]) -> None:
         """That request's prefill is confirmed, or it will never happen. Discarding
         what was not added (the replica was forgotten meanwhile) is a no-op."""
-        holders = self._holders
-        removed = 0
-        for block_hash in block_hashes:
-            counts = holders.get(block_hash)
-            if counts is None:
-                continue
-            held = counts.get(replica_id)
-            if held is None:
-                continue
-            removed += 1
-            if held > 1:
-                counts[replica_id] = held - 1
-            else:
-                del counts[replica_id]
-                if not counts:
-                    del holders[block_hash]
+        slot = self._slots.get(replica_id)
+        if slot is None or not block_hashes:
+            return
+        removed = self._table.release_all(slot, block_hashes)
         if removed:
             left = self._blocks.get(replica_id, 0) - removed
             if left > 0:
                 self._blocks[replica_id] = left
-            else:
-                self._blocks.pop(replica_id, None)
+                return
+            self._blocks.pop(replica_id, None)
+        if replica_id not in self._blocks:  # nothing left on its way there
+            self._table.clear(slot)
+            self._slots.release(replica_id)
 
     def match(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """Leading blocks of the prompt on their way to each replica (none: left out)."""
-        if not block_hashes:
+        if not block_hashes or not self._blocks:
             return {}
-        first = self._holders.get(block_hashes[0])
-        if not first:
-            return {}
-        live = set(first)
-        matched: dict[str, int] = {}
-        holders = self._holders
-        index = 1
-        for index in range(1, len(block_hashes)):
-            counts = holders.get(block_hashes[index])
-            if counts is None:
-                break
-            if len(counts) < len(live) or not live.issubset(counts):
-                for replica_id in [r for r in live if r not in counts]:
-                    matched[replica_id] = index
-                    live.discard(replica_id)
-                if not live:
-                    return matched
-        else:
-            index = len(block_hashes)
-        for replica_id in live:
-            matched[replica_id] = index
-        return matched
+        return self._table.match(block_hashes, self._slots.ids, 0.0, False)
 
     def size(self, replica_id: str) -> int:
         """Pending (block, request) pairs for the replica."""

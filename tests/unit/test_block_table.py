@@ -75,6 +75,8 @@ counted_ops = st.lists(
     st.one_of(
         st.tuples(st.just("add"), FEW_SLOTS, HASHES),
         st.tuples(st.just("release"), FEW_SLOTS, HASHES),
+        st.tuples(st.just("add_all"), FEW_SLOTS, st.lists(HASHES, max_size=6)),
+        st.tuples(st.just("release_all"), FEW_SLOTS, st.lists(HASHES, max_size=6)),
         st.tuples(st.just("discard"), FEW_SLOTS, st.lists(HASHES, max_size=4)),
         st.tuples(st.just("clear"), FEW_SLOTS),
         st.tuples(st.just("speculate"), FEW_SLOTS, st.lists(HASHES, max_size=6), STAMPS),

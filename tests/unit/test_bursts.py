@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from policies.block_table import BlockTableFactory, default_tables, python_tables
 from policies.hashing import block_hashes, chain_seed
 from policies.pending import PendingPrefixes
 from policies.registry import default_registry
@@ -112,8 +113,9 @@ def test_conversations_sharing_a_system_prompt_still_spread(name: str) -> None:
     assert all(count > 0 for count in result.requests_by_replica.values())
 
 
-def test_pending_prefixes_match_leading_blocks_per_replica() -> None:
-    pending = PendingPrefixes()
+@pytest.mark.parametrize("tables", [python_tables, default_tables])
+def test_pending_prefixes_match_leading_blocks_per_replica(tables: BlockTableFactory) -> None:
+    pending = PendingPrefixes(tables)
     long, other = tuple(range(1, 11)), (1, 2, 3, 99)
     pending.add("a", long)
     pending.add("b", long[:4])
@@ -128,6 +130,11 @@ def test_pending_prefixes_match_leading_blocks_per_replica() -> None:
     assert pending.match(long) == {} and pending.size("a") == 0
     pending.discard("a", long)                               # a second discard changes nothing
     assert pending.match(long) == {}
+    pending.add("c", other)                                  # slots given back are taken again
+    pending.add("c", other[:2])
+    assert pending.match(long) == {"c": 3} and pending.size("c") == 6
+    pending.discard("c", other)
+    assert pending.match(other) == {"c": 2} and pending.size("c") == 2
 
 
 def test_the_bounded_load_holds_a_crowded_replica_back_but_not_a_lightly_loaded_one() -> None:
