@@ -100,12 +100,15 @@ class WorkSamples:
         self._window = max(1, window)
         self.sums = _Sums()
 
-    def add(self, work: float, ttft: float) -> None:
+    def add(self, work: float, ttft: float) -> tuple[float, float] | None:
+        """Keep the sample; returns the one it pushed out of the window, if any."""
+        old = None
         if len(self._samples) == self._window:
-            old_work, old_ttft = self._samples.popleft()
-            self.sums.add(old_work, old_ttft, -1)
+            old = self._samples.popleft()
+            self.sums.add(old[0], old[1], -1)
         self._samples.append((work, ttft))
         self.sums.add(work, ttft, 1)
+        return old
 
     def __len__(self) -> int:
         return len(self._samples)

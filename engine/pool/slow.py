@@ -69,16 +69,25 @@ class SlowDetector:
     def __init__(self, settings: SlowSettings = SlowSettings()) -> None:
         self.settings = settings
         self._samples: dict[str, WorkSamples] = {}
+        self._at_least_min: dict[str, int] = {}
+        """Per replica, the samples of its window at or above ``min_ttft``: with none,
+        its median is under it, and ``is_slow`` answers without a median (it is asked
+        at every first byte)."""
 
     def record(self, replica_id: str, ttft: float, work: float) -> None:
         window = self._samples.get(replica_id)
         if window is None:
             window = self._samples[replica_id] = WorkSamples(self.settings.window)
-        window.add(work, ttft)
+        floor = self.settings.min_ttft
+        dropped = window.add(work, ttft)
+        change = (ttft >= floor) - (dropped is not None and dropped[1] >= floor)
+        if change:
+            self._at_least_min[replica_id] = self._at_least_min.get(replica_id, 0) + change
 
     def forget(self, replica_id: str) -> None:
         """Start the replica's window afresh (it left rotation, or left the fleet)."""
         self._samples.pop(replica_id, None)
+        self._at_least_min.pop(replica_id, None)
 
     def seconds_per_token(self, replica_id: str) -> float | None:
         """The replica's measured prefill speed: its own line's slope, else the fleet's."""
@@ -117,7 +126,8 @@ class SlowDetector:
         if not self.settings.enabled:
             return False
         mine = self._samples.get(replica_id)
-        if mine is None or statistics.median(t for _, t in mine) < self.settings.min_ttft:
+        if mine is None or not self._at_least_min.get(replica_id) \
+                or statistics.median(t for _, t in mine) < self.settings.min_ttft:
             return False
         ratio = self.ratio(replica_id, peers)
         return ratio is not None and ratio > self.settings.factor

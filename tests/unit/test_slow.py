@@ -113,6 +113,15 @@ def test_the_window_forgets_old_samples() -> None:
     for ttft in [5.0] * 10 + [healthy_ttft(500.0)] * 10:
         slow.record("b", ttft, 500.0)
     assert not slow.is_slow("b", ["a"])
+    for _ in range(10):                         # and the slow ones push the fast out again
+        slow.record("b", 5.0, 500.0)
+    assert slow.is_slow("b", ["a"])
+    slow.forget("b")
+    for _ in range(10):
+        slow.record("b", healthy_ttft(500.0), 500.0)
+    assert not slow.is_slow("b", ["a"])
+    slow.record("b", 5.0, 500.0)                  # one slow sample of ten: the median holds
+    assert not slow.is_slow("b", ["a"])
 
 
 def test_a_trial_is_judged_for_its_work_too() -> None:
