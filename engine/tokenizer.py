@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from tokenizers import AddedToken, Encoding, Tokenizer
 
+from engine import pretokenize
 from engine.chat_template import ChatTemplates, read_chat_templates, special_tokens, token_text
+
+log = logging.getLogger(__name__)
 
 
 class RenderError(ValueError):
@@ -125,6 +129,10 @@ class HFRenderer:
     What transformers' fast tokenizer adds to ``tokenizer.json`` is applied here too: the
     config's added and special tokens the file lacks, ``split_special_tokens``, and
     decoding's ``clean_up_tokenization_spaces`` (never for BPE vocabularies, as there).
+
+    ``text_token_ids`` encodes short ASCII texts in Python when the tokenizer's structure
+    allows it exactly (``engine.pretokenize``: GPT-style byte-level BPE, checked on load;
+    ``fast_pretokenize`` and ``fast_pretokenize_reason`` say whether, and why not).
     """
 
     units_per_token = 1
@@ -149,6 +157,18 @@ class HFRenderer:
         self._clean_up_spaces = bool(config.get("clean_up_tokenization_spaces", False)) and (
             type(self._tokenizer.model).__name__ != "BPE" or bool(config.get(
                 "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output")))
+        self.pretokenizer, self.fast_pretokenize_reason = pretokenize.build(
+            self._tokenizer, self.added_tokens())
+        """Short ASCII texts encoded in Python (``engine.pretokenize``), when exact; and
+        "on", or why not (the tokenizer's structure, or the self-check on load)."""
+        if self.pretokenizer is None:
+            log.info("tokenizer %s: fast pre-tokenization off: %s", self.name,
+                     self.fast_pretokenize_reason)
+
+    @property
+    def fast_pretokenize(self) -> bool:
+        """Whether short ASCII texts are encoded by ``engine.pretokenize``."""
+        return self.pretokenizer is not None
 
     def added_tokens(self) -> list[str]:
         """Texts the tokenizer splits out before anything else (special tokens)."""
@@ -184,6 +204,12 @@ class HFRenderer:
         return list(encoding.ids), encoding
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        fast = self.pretokenizer
+        if fast is not None and len(text) < RELEASE_GIL_CHARS and (
+                not add_special_tokens or fast.specials_free):
+            ids = fast.encode(text)  # the same ids, ~4x faster; None: not a text it takes
+            if ids is not None:
+                return ids
         return list(self._encode(text, add_special_tokens).ids)
 
     def _encode(self, text: str, add_special_tokens: bool) -> Encoding:
