@@ -1,6 +1,6 @@
 """Micro-benchmark of ``HFRenderer.text_token_ids`` with and without ``engine.pretokenize``.
 
-    PYTHONPATH=. python scripts/bench_pretokenize.py [tokenizer folder ...]
+    python -m loadtest.pretokenize [tokenizer folder ...]
 
 Prints µs per call (best of 5 rounds) for a ~700-character English text and a
 ~2,000-character code snippet: the Rust tokenizer's ``encode`` (before), and the fast
