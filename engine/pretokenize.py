@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
+from itertools import accumulate
 from typing import Any
 
 from tokenizers import Tokenizer, pre_tokenizers
@@ -272,6 +274,8 @@ class FastPretokenizer:
         self._added_firsts = tuple(firsts) if len(firsts) <= 4 else None
         """A prefilter (``"<" in text``) before the added tokens' regex, when short."""
         self._memo: dict[str, tuple[int, ...]] = {}
+        self._lengths: dict[int, int] = {}
+        """Characters per token id, filled as ids are met (at most the vocabulary)."""
         self.encodes = 0
         """Texts encoded here (not by the Rust tokenizer)."""
 
@@ -292,6 +296,25 @@ class FastPretokenizer:
             out += ids
         self.encodes += 1
         return out
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], FastOffsets] | None:
+        """``encode``'s ids and their character spans (what ``Encoding`` gives the piece
+        reuse: ``char_to_token``, ``token_to_chars``), or None as ``encode``."""
+        ids = self.encode(text)
+        if ids is None:
+            return None
+        return ids, FastOffsets(ids, self._token_chars)
+
+    def _token_chars(self, ids: list[int]) -> dict[int, int]:
+        """Characters per token id (its byte-level form: one character a byte, and the
+        fast path's text is ASCII), for every id of ``ids``."""
+        lengths = self._lengths
+        missing = set(ids).difference(lengths)
+        if missing:
+            to_token = self._model.id_to_token
+            for token_id in missing:
+                lengths[token_id] = len(to_token(token_id) or "")
+        return lengths
 
     def _has_added(self, text: str) -> bool:
         search = self._added
@@ -314,6 +337,40 @@ class FastPretokenizer:
     @property
     def memo_words(self) -> int:
         return len(self._memo)
+
+
+class FastOffsets:
+    """Character spans of a fast-path encoding, as ``tokenizers.Encoding`` reports them for
+    a byte-level BPE without offset trimming: token ``i`` covers the characters after token
+    ``i - 1`` up to its own end, leading space included. Built on first use (the piece
+    reuse asks a few cuts of a long piece; most encodings are never asked)."""
+
+    __slots__ = ("_ends", "_ids", "_lengths")
+
+    def __init__(self, ids: list[int], lengths: Callable[[list[int]], dict[int, int]]) -> None:
+        self._ids = ids
+        self._lengths = lengths
+        self._ends: list[int] | None = None
+
+    def _token_ends(self) -> list[int]:
+        ends = self._ends
+        if ends is None:
+            lengths = self._lengths(self._ids)
+            ends = self._ends = list(accumulate(map(lengths.__getitem__, self._ids)))
+        return ends
+
+    def token_to_chars(self, token_index: int) -> tuple[int, int] | None:
+        ends = self._token_ends()
+        if not 0 <= token_index < len(ends):
+            return None
+        return (ends[token_index - 1] if token_index else 0), ends[token_index]
+
+    def char_to_token(self, char_pos: int) -> int | None:
+        ends = self._token_ends()
+        if char_pos < 0:
+            return None
+        index = bisect_right(ends, char_pos)
+        return index if index < len(ends) else None
 
 
 SELF_CHECK_SAMPLES: tuple[str, ...] = (

@@ -130,7 +130,8 @@ class HFRenderer:
     config's added and special tokens the file lacks, ``split_special_tokens``, and
     decoding's ``clean_up_tokenization_spaces`` (never for BPE vocabularies, as there).
 
-    ``text_token_ids`` encodes short ASCII texts in Python when the tokenizer's structure
+    ``text_token_ids`` and ``encode_with_offsets`` encode short ASCII texts in Python
+    when the tokenizer's structure
     allows it exactly (``engine.pretokenize``: GPT-style byte-level BPE, checked on load;
     ``fast_pretokenize`` and ``fast_pretokenize_reason`` say whether, and why not).
     """
@@ -200,6 +201,11 @@ class HFRenderer:
         return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
+        fast = self.pretokenizer
+        if fast is not None and len(text) < RELEASE_GIL_CHARS:
+            encoded = fast.encode_with_offsets(text)  # same ids and spans; None: not taken
+            if encoded is not None:
+                return encoded
         encoding = self._encode(text, False)
         return list(encoding.ids), encoding
 

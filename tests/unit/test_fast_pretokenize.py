@@ -302,3 +302,29 @@ def test_python_pattern_translates_letters_and_numbers_for_re() -> None:
 def test_python_pattern_refuses_what_oniguruma_reads_otherwise(pattern: str) -> None:
     with pytest.raises(Unsupported):
         python_pattern(pattern)
+
+
+def test_offsets_give_the_rust_encodings_spans(renderer: HFRenderer) -> None:
+    """What the piece reuse cuts long pieces with: every token's span and every
+    character's token, as the Rust tokenizer's ``Encoding`` reports them."""
+    fast = renderer.pretokenizer
+    assert fast is not None
+    rng = random.Random(7)
+    added = renderer.added_tokens()
+    taken = 0
+    for _ in range(400):
+        text = _fuzz_text(rng, added) * rng.randint(1, 12)
+        text = text[:RELEASE_GIL_CHARS - 1]
+        encoded = renderer.encode_with_offsets(text)
+        assert encoded is not None
+        ids, offsets = encoded
+        encoding = renderer._encode(text, False)
+        assert ids == list(encoding.ids), repr(text)
+        if isinstance(offsets, pretokenize.FastOffsets):
+            taken += 1
+        for index in range(len(ids) + 1):
+            assert offsets.token_to_chars(index) == encoding.token_to_chars(index), (text, index)
+        for position in range(len(text) + 2):
+            assert offsets.char_to_token(position) == encoding.char_to_token(position), (
+                text, position)
+    assert taken > 200  # most texts went the fast way
