@@ -109,3 +109,30 @@ def test_closing_lints_what_is_queued_even_while_requests_are_being_prepared() -
         live.on_decided(exchange("t0"))
         live.close()
     assert [tenant for _, tenant in lint.checked] == ["t0"]
+
+
+def test_an_idle_linter_looks_at_its_queue_less_and_less_often() -> None:
+    """An idle gateway's linter thread backs off to QUEUE_POLL_MAX_SECONDS between looks
+    (each look takes the interpreter from the serving loop), and looks often again once
+    it has work."""
+    from gateway.server import live_lint
+
+    lint = SlowLint()
+    lint.go.set()
+    metrics = SimpleNamespace(lint_dropped=Counter("d", "d", registry=CollectorRegistry()))
+    live = LiveLint(lint, metrics, Preparing())  # type: ignore[arg-type]
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the worker's clock, driven by the test
+        waits.append(seconds)
+        if len(waits) == 8:
+            live.on_decided(exchange("t"))      # work arrives after a long idle spell
+        if len(waits) == 12:
+            live._closing.set()
+
+    live._sleep = sleep
+    live._run()
+    first, most = live_lint.QUEUE_POLL_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
+    assert waits[:8] == [first, 2 * first, 4 * first, 8 * first, most, most, most, most]
+    assert waits[8] == first                   # it had work: it looks often again
+    assert lint.checked == [("m", "t")]
