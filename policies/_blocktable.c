@@ -479,17 +479,29 @@ static PyObject *Table_stamp(Table *t, PyObject *args) {
     return PyFloat_FromDouble(t->node_stamp[*value]);
 }
 
+/* One reference more to a pair of a counted table (inserted at 1); -1 with an exception set. */
+static int count_up(Table *t, uint64_t key, uint32_t slot) {
+    uint32_t *value = pair_value(t, key, slot);
+    if (value == NULL) return pair_insert(t, key, slot, 1);
+    if (*value == UINT32_MAX) { PyErr_SetString(PyExc_OverflowError, "count"); return -1; }
+    (*value)++;
+    return 0;
+}
+
+/* One reference less (the pair goes at 0); 1 when the pair was there. */
+static int count_down(Table *t, uint64_t key, uint32_t slot) {
+    uint32_t *value = pair_value(t, key, slot), unused;
+    if (value == NULL) return 0;
+    if (*value > 1) (*value)--;
+    else pair_delete(t, key, slot, &unused);
+    return 1;
+}
+
 static PyObject *Table_add(Table *t, PyObject *args) {
     Py_ssize_t slot; PyObject *hash; uint64_t key;
     if (!PyArg_ParseTuple(args, "nO", &slot, &hash)) return NULL;
     if (need_ordered(t, 0) < 0 || slot_room(t, slot) < 0 || key_arg(hash, &key) < 0) return NULL;
-    uint32_t *value = pair_value(t, key, (uint32_t)slot);
-    if (value != NULL) {
-        if (*value == UINT32_MAX) { PyErr_SetString(PyExc_OverflowError, "count"); return NULL; }
-        (*value)++;
-    } else if (pair_insert(t, key, (uint32_t)slot, 1) < 0) {
-        return NULL;
-    }
+    if (count_up(t, key, (uint32_t)slot) < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -497,11 +509,7 @@ static PyObject *Table_release(Table *t, PyObject *args) {
     Py_ssize_t slot; PyObject *hash; uint64_t key;
     if (!PyArg_ParseTuple(args, "nO", &slot, &hash)) return NULL;
     if (need_ordered(t, 0) < 0 || slot_room(t, slot) < 0 || key_arg(hash, &key) < 0) return NULL;
-    uint32_t *value = pair_value(t, key, (uint32_t)slot), unused;
-    if (value != NULL) {
-        if (*value > 1) (*value)--;
-        else pair_delete(t, key, (uint32_t)slot, &unused);
-    }
+    count_down(t, key, (uint32_t)slot);
     Py_RETURN_NONE;
 }
 
@@ -512,21 +520,10 @@ static PyObject *Table_add_all(Table *t, PyObject *args) {
     Keys k;
     if (keys_of(hashes, &k) < 0) return NULL;
     Py_ssize_t j = 0;
-    for (; j < k.count; j++) {
-        uint32_t *value = pair_value(t, k.keys[j], (uint32_t)slot);
-        if (value != NULL) {
-            if (*value == UINT32_MAX) { PyErr_SetString(PyExc_OverflowError, "count"); break; }
-            (*value)++;
-        } else if (pair_insert(t, k.keys[j], (uint32_t)slot, 1) < 0) {
-            break;
-        }
-    }
+    while (j < k.count && count_up(t, k.keys[j], (uint32_t)slot) == 0) j++;
     int failed = j < k.count;
-    for (Py_ssize_t q = 0; failed && q < j; q++) {  /* undo what was added: all or nothing */
-        uint32_t *value = pair_value(t, k.keys[q], (uint32_t)slot), unused;
-        if (value != NULL && *value > 1) (*value)--;
-        else if (value != NULL) pair_delete(t, k.keys[q], (uint32_t)slot, &unused);
-    }
+    for (Py_ssize_t q = 0; failed && q < j; q++)  /* undo what was added: all or nothing */
+        count_down(t, k.keys[q], (uint32_t)slot);
     keys_free(&k);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -539,13 +536,8 @@ static PyObject *Table_release_all(Table *t, PyObject *args) {
     Keys k;
     if (keys_of(hashes, &k) < 0) return NULL;
     Py_ssize_t released = 0;
-    for (Py_ssize_t j = 0; j < k.count; j++) {
-        uint32_t *value = pair_value(t, k.keys[j], (uint32_t)slot), unused;
-        if (value == NULL) continue;
-        released++;
-        if (*value > 1) (*value)--;
-        else pair_delete(t, k.keys[j], (uint32_t)slot, &unused);
-    }
+    for (Py_ssize_t j = 0; j < k.count; j++)
+        released += count_down(t, k.keys[j], (uint32_t)slot);
     keys_free(&k);
     return PyLong_FromSsize_t(released);
 }
