@@ -285,7 +285,7 @@ class FastPretokenizer:
         if not text.isascii() or _OUTSIDE.search(text) is not None or self._has_added(text):
             return None
         words = self._split(text)
-        if len("".join(words)) != len(text):  # text between matches: pieces of their own
+        if sum(map(len, words)) != len(text):  # text between matches: pieces of their own
             return None
         out: list[int] = []
         get = self._memo.get
