@@ -156,21 +156,21 @@ class RelayStream(Response):
         return ConnectionAbortedError("client disconnected")
 
     async def _relay(self, send: Send) -> None:
-        seen = self.seen
+        seen = self.seen or _unseen
         try:
-            if seen is None:
-                async for chunk in self.chunks:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            else:
-                async for chunk in self.chunks:
-                    seen(chunk)
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            async for chunk in self.chunks:
+                seen(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
                                   "BadGatewayError", "upstream_stream_broken")
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             raise
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _unseen(chunk: bytes) -> None:
+    """No one watches the chunks (``RelayStream(seen=None)``)."""
 
 
 async def wait_disconnect(receive: Receive) -> None:
