@@ -132,6 +132,10 @@ def parser() -> argparse.ArgumentParser:
                          help="print the contender names and exit")
     compare.add_argument("--out", type=Path, help="output folder (required to run)")
     compare.add_argument("--title", help="report title")
+    compare.add_argument("--warmup", type=float, default=20.0, metavar="SECONDS",
+                         help="drive the workload straight at the replicas for this long before "
+                              "the first contender, results dropped, so that the first contender "
+                              "does not alone meet cold replicas (default 20; 0: none)")
     add_workload_arguments(compare, required=False)
     _limits_arguments(compare)
 

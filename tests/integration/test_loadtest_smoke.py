@@ -34,6 +34,7 @@ def compare_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (out / "stderr.txt").write_text(done.stderr)
     return out
 
 
@@ -54,6 +55,16 @@ def test_every_contender_has_a_row(compare_output: Path) -> None:
         assert sum(r["requests"] for r in summary["replicas"]) == 9
     assert 0.0 < document["bound_hit_rate"] <= 1.0
     assert document["meta"]["workload"]["requests"] == 9
+
+
+def test_warm_up_runs_first_and_is_not_counted(compare_output: Path) -> None:
+    # The warm-up drives the workload straight at the replicas before the first
+    # contender; every contender's replica counters above hold its own 9 requests only.
+    log = (compare_output / "stderr.txt").read_text()
+    assert "== warm-up" in log
+    assert log.index("== warm-up") < log.index(f"== {CONTENDERS[0]}")
+    document = json.loads((compare_output / "results.json").read_text())
+    assert document["meta"]["warmup_seconds"] == 20.0
 
 
 def test_gateway_names_the_replica(compare_output: Path) -> None:
