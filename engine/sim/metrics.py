@@ -275,8 +275,12 @@ class SimMetrics:
     def on_admitted(
         self, request: EngineRequest, queried_tokens: int, hit_tokens: int, first_admission: bool
     ) -> None:
-        self.prefix_queries.inc(queried_tokens)
-        self.prefix_hits.inc(hit_tokens)
+        # vLLM 0.32 keeps a preempted request's second look-up out of these two
+        # counters (``PrefixCacheStats.record(preempted=True)`` counts it apart), so
+        # a replica that preempts does not report its own recomputation as cache hits.
+        if first_admission:
+            self.prefix_queries.inc(queried_tokens)
+            self.prefix_hits.inc(hit_tokens)
         if first_admission and request.first_scheduled_time is not None:
             self.queue_time.observe(max(request.first_scheduled_time - request.arrival_time, 0.0))
 

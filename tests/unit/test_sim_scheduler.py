@@ -269,3 +269,32 @@ async def test_the_loop_serves_requests_and_stops_when_cancelled() -> None:
     except asyncio.CancelledError:
         pass
     assert task.cancelled()
+
+
+def test_a_preempted_request_does_not_count_its_recomputation_as_cache_hits() -> None:
+    # vLLM 0.32 counts a preempted request's second prefix-cache look-up apart from
+    # vllm:prefix_cache_hits/queries; the sim's counters must agree, or a router that
+    # piles work onto one replica (many preemptions) looks as if it cached more.
+    from prometheus_client import CollectorRegistry
+
+    from engine.sim.metrics import SimMetrics
+
+    config = SimConfig(block_size=16, num_blocks=8, max_model_len=128)
+    registry = CollectorRegistry()
+    metrics = SimMetrics(config, registry)
+    engine = Engine(config, PrefixCache(config.num_blocks, config.block_size), metrics,
+                    wall_clock=FakeClock())
+    first = make_request(engine, [1] * 48, max_tokens=60, name="a")
+    second = make_request(engine, [2] * 48, max_tokens=60, name="b")
+    run_until_done(engine)
+
+    def value(name: str) -> float:
+        found = registry.get_sample_value(name, {"model_name": config.served_model_name,
+                                                 "engine": "0"})
+        assert found is not None, name
+        return found
+
+    assert value("vllm:num_preemptions_total") >= 1
+    assert first.status is Status.FINISHED and second.status is Status.FINISHED
+    assert value("vllm:prefix_cache_queries_total") == 96
+    assert value("vllm:prefix_cache_hits_total") == 0
