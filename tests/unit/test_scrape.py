@@ -61,3 +61,20 @@ def test_keeps_the_replicas_latency_histograms_summed_over_engines() -> None:
 def test_a_histogram_without_its_inf_bucket_is_dropped() -> None:
     m = parse_vllm_metrics(VLLM_TEXT)
     assert m.ttft is None and m.itl is None
+
+
+def test_reads_real_vllm_text_whatever_its_line_endings_and_order() -> None:
+    # A real vLLM 0.32 /metrics (tests/fixtures/vllm): the same figures from it as from
+    # its lines reversed, with CRLF endings, and with no final newline; a series whose
+    # name only starts like a read one is not read.
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "fixtures" / "vllm" / "metrics.txt").read_text()
+    expected = parse_vllm_metrics(text)
+    assert expected.prefix_queries > 0 and expected.ttft is not None
+    assert expected.block_size == 32 and expected.model_names
+    reversed_lines = "\n".join(reversed(text.splitlines()))
+    for variant in (reversed_lines, text.replace("\n", "\r\n"), text.rstrip("\n")):
+        assert parse_vllm_metrics(variant) == expected
+    lookalike = text + 'vllm:num_requests_running_extra{engine="0"} 7.0\n'
+    assert parse_vllm_metrics(lookalike) == expected
