@@ -69,6 +69,39 @@ def test_cost_moves_off_a_hot_replica():
     assert decision.fallbacks == ("a",)
 
 
+def test_a_burst_spreads_while_a_replica_is_idle():
+    # The first request of a new prefix is prefilling on a; b has nothing queued: the
+    # next request of that prefix pays its own prefill on b rather than wait.
+    replicas = [replica("a", inflight=1, pending_requests=1, pending_prefill_tokens=1030),
+                replica("b")]
+    decision = decide(PROMPT, replicas, {"a": 64, "b": 0}, None, {}, rotation=0)
+    assert decision.replica_id == "b"
+
+
+def test_with_every_replica_busy_a_request_joins_the_replica_prefilling_its_prefix():
+    # a prefills this prefix (and another prompt), b a prompt of its own: by its own
+    # estimate the request is a hair faster on b, but there it adds 1,024 tokens of
+    # prefill that b's next requests wait for. It joins a; without the spill's price
+    # (weight 0) it would go to b.
+    replicas = [replica("a", inflight=2, pending_requests=2, pending_prefill_tokens=2060),
+                replica("b", inflight=1, pending_requests=1, pending_prefill_tokens=1030)]
+    matched = {"a": 64, "b": 0}
+    decision = decide(PROMPT, replicas, matched, None, {}, rotation=1)
+    assert decision.replica_id == "a"
+    assert decision.reason == "hit"
+    assert decision.scores["b"] < decision.scores["a"]  # the scores stay TTF estimates
+    assert decide(PROMPT, replicas, matched, None, {"spill_prefill_weight": 0.0},
+                  rotation=1).replica_id == "b"
+
+
+def test_with_every_replica_busy_a_much_longer_queue_still_spills():
+    replicas = [replica("a", inflight=6, pending_requests=6, pending_prefill_tokens=6000),
+                replica("b", inflight=1, pending_requests=1, pending_prefill_tokens=1030)]
+    decision = decide(PROMPT, replicas, {"a": 64, "b": 0}, None, {}, rotation=0)
+    assert decision.replica_id == "b"
+    assert decision.reason == "load-fallback"
+
+
 def test_cost_avoids_a_replica_whose_kv_cache_is_full():
     replicas = [replica("a", kv_usage=1.0), replica("b", inflight=3)]
     decision = decide(PROMPT, replicas, {"a": 64}, None, {}, rotation=0)
@@ -169,5 +202,16 @@ def test_the_cost_ranking_scores_are_the_estimated_ttft(
     for view in replicas:
         assert decision.scores[view.id] == pytest.approx(
             estimated_ttft(view, matched[view.id], request, config), abs=1e-12)
-    ordered = sorted(replicas, key=lambda r: decision.scores[r.id])
-    assert decision.scores[decision.replica_id] == decision.scores[ordered[0].id]
+    # The ranking is by the score, plus (every replica busy: here, the engine's
+    # queue) the prefill a candidate adds beyond the best candidate's.
+    busy = len(replicas) > 1 and all(view.waiting > 0 for view in replicas)
+    uncached = {view.id: prompt_tokens - min(prompt_tokens, matched[view.id] * 16)
+                for view in replicas}
+    extra = config.spill_prefill_weight * config.prefill_seconds_per_token if busy else 0.0
+
+    def key(view: ReplicaView) -> float:
+        return decision.scores[view.id] + (uncached[view.id] - min(uncached.values())) * extra
+
+    best = min(replicas, key=key)
+    assert key(replicas[[v.id for v in replicas].index(decision.replica_id)]) == \
+        pytest.approx(key(best), abs=1e-12)
