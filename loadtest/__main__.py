@@ -2,7 +2,8 @@
 
 import sys
 
-from loadtest.cli import main
+from loadtest.cli import main, stop_cleanly_on_sigterm
 
 if __name__ == "__main__":
+    stop_cleanly_on_sigterm()
     sys.exit(main())
