@@ -216,17 +216,16 @@ class CostScorer:
         session = candidates.session_replica
         if session is not None:
             cost_of[session] -= config.session_affinity_seconds
-        spill = config.spill_prefill_weight * per_token
-        if all_busy and spill:
-            least = min(uncached.values())
-            keys = {rid: (cost_of[rid] + (uncached[rid] - least) * spill, turn[rid])
-                    for rid in cost_of}
-        else:
-            keys = {rid: (cost_of[rid], turn[rid]) for rid in cost_of}
+        # The spill's price (every replica busy): ranking only, never in the scores.
+        spill = config.spill_prefill_weight * per_token if all_busy else 0.0
+        least = min(uncached.values())
+        rank_of = {rid: cost + (uncached[rid] - least) * spill for rid, cost in base.items()}
+        keys = {rid: (rank_of[rid] - (config.session_affinity_seconds if rid == session
+                                      else 0.0), turn[rid]) for rid in rank_of}
         ranked = sorted(keys, key=keys.__getitem__)
         chosen = ranked[0]
         best_match = max(matched.values())
-        if chosen == session and min(base, key=lambda rid: (base[rid], turn[rid])) != chosen:
+        if chosen == session and min(rank_of, key=lambda rid: (rank_of[rid], turn[rid])) != chosen:
             reason = "session"
         elif best_match == 0:
             reason = "miss"

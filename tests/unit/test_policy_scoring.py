@@ -94,6 +94,16 @@ def test_with_every_replica_busy_a_request_joins_the_replica_prefilling_its_pref
                   rotation=1).replica_id == "b"
 
 
+def test_a_session_is_not_named_the_reason_when_the_spill_price_decided():
+    # The same close call, a being the session's replica: the spill's price alone
+    # keeps the request on a, so the reason is the hit, not the session discount.
+    replicas = [replica("a", inflight=2, pending_requests=2, pending_prefill_tokens=2060),
+                replica("b", inflight=1, pending_requests=1, pending_prefill_tokens=1030)]
+    decision = decide(PROMPT, replicas, {"a": 64, "b": 0}, "a",
+                      {"session_affinity": True}, rotation=1)
+    assert (decision.replica_id, decision.reason) == ("a", "hit")
+
+
 def test_with_every_replica_busy_a_much_longer_queue_still_spills():
     replicas = [replica("a", inflight=6, pending_requests=6, pending_prefill_tokens=6000),
                 replica("b", inflight=1, pending_requests=1, pending_prefill_tokens=1030)]
