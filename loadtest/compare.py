@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import shlex
 import sys
 from collections.abc import Sequence
@@ -113,14 +114,12 @@ def _one(spec: ContenderSpec, workload: Workload, fleet: StartedFleet, model: st
 
 
 def warm_up(workload: Workload, fleet: StartedFleet, model: str, limits: RunLimits,
-            seconds: float) -> int:
-    """The workload straight at the replicas for ``seconds``; the requests it sent."""
+            seconds: float) -> None:
+    """The workload straight at the replicas for ``seconds``, its figures dropped."""
     urls = ",".join(r.url for r in fleet.replicas)
     print(f"== warm-up: {seconds:g} s straight at the replicas", file=sys.stderr, flush=True)
-    warm = RunLimits(max_duration=seconds, request_timeout=limits.request_timeout,
-                     sample_period=limits.sample_period, raw_client=limits.raw_client)
-    measured = run(lambda: measure(workload, RunTarget("warm-up", urls, model), [], warm))
-    return len(measured.drive.records)
+    warm = dataclasses.replace(limits, max_duration=seconds)
+    run(lambda: measure(workload, RunTarget("warm-up", urls, model), [], warm))
 
 
 def compare(workload: Workload, fleet: Fleet, contenders: Sequence[ContenderSpec],
