@@ -112,6 +112,19 @@ def test_with_every_replica_busy_a_much_longer_queue_still_spills():
     assert decision.reason == "load-fallback"
 
 
+def test_a_replica_is_not_priced_by_how_early_its_requests_got_their_first_token():
+    # Mid-burst (vllm bench serve, 1,000 prompts at once): a's requests came back with
+    # their first tokens sooner, so more of its 150 are confirmed; b holds 200, most of
+    # them still queued (their prefill counted drained). Every one of them will share
+    # the engine's steps with this request's decode: the replica with fewer goes first.
+    replicas = [replica("a", inflight=150, running=30, waiting=120, pending_requests=120),
+                replica("b", inflight=200, running=10, waiting=190, pending_requests=190,
+                        pending_prefill_tokens=500)]
+    decision = decide(PROMPT, replicas, {"a": 64, "b": 64}, None, {}, rotation=1)
+    assert decision.replica_id == "a"
+    assert decision.scores["a"] < decision.scores["b"]
+
+
 def test_cost_avoids_a_replica_whose_kv_cache_is_full():
     replicas = [replica("a", kv_usage=1.0), replica("b", inflight=3)]
     decision = decide(PROMPT, replicas, {"a": 64}, None, {}, rotation=0)
