@@ -7,7 +7,9 @@
 # Shapes: burst-512 (one new 512-token prefix per burst of 100), burst-4096,
 # burst-8x1024 (eight new 1,024-token prefixes per burst), vllm-bench-100 and
 # vllm-bench-1000 (vLLM's own client, its default rate inf, a shared 512-token
-# prefix), soak (ten minutes of bursts: breaker openings of healthy replicas).
+# prefix), vllm-bench-ramp (the same 1,000 prompts at 200 a second: a burst that
+# arrives over five seconds, while the first answers come back), soak (ten
+# minutes of bursts: breaker openings of healthy replicas).
 # BASE=DIR adds prefixgate from another checkout (the commit before a change) as
 # `prefixgate:prefix?@tree=DIR`; its policies/_blocktable*.so must be built there.
 # Run from the repository root with the project's venv active (or PYTHON=...).
@@ -35,14 +37,16 @@ burst() {  # name, workload args...
         --title "$name" --out "$OUT/$name" "$@"
 }
 
-bench() {  # name, prompts
-    echo "== $1 ($(date -u +%H:%M:%S))"
+bench() {  # name, prompts, vllm bench serve's extra flags...
+    local name="$1" prompts="$2"; shift 2
+    echo "== $name ($(date -u +%H:%M:%S))"
     "$PYTHON" -m loadtest vllm-bench --replicas sim:4 --replica-args "$SIMS" \
-        --contenders "$CONTENDERS" --title "$1" --out "$OUT/$1" -- \
-        --num-prompts "$2" --random-prefix-len 512 --random-input-len 64 --random-output-len 64
+        --contenders "$CONTENDERS" --title "$name" --out "$OUT/$name" -- \
+        --num-prompts "$prompts" --random-prefix-len 512 --random-input-len 64 \
+        --random-output-len 64 "$@"
 }
 
-for name in burst-512 burst-4096 burst-8x1024 vllm-bench-100 vllm-bench-1000 soak; do
+for name in burst-512 burst-4096 burst-8x1024 vllm-bench-100 vllm-bench-1000 vllm-bench-ramp soak; do
     [[ -z "$SELECTED" || " $SELECTED " == *" $name "* ]] || continue
     case "$name" in
       burst-512) burst "$name" --prefix-len 512 ;;
@@ -50,6 +54,7 @@ for name in burst-512 burst-4096 burst-8x1024 vllm-bench-100 vllm-bench-1000 soa
       burst-8x1024) burst "$name" --prefixes 8 --prefix-len 1024 ;;
       vllm-bench-100) bench "$name" 100 ;;
       vllm-bench-1000) bench "$name" 1000 ;;
+      vllm-bench-ramp) bench "$name" 1000 --request-rate 200 ;;
       soak)
         echo "== soak ($(date -u +%H:%M:%S))"
         "$PYTHON" -m loadtest compare --replicas sim:4 --replica-args "$SIMS" \
