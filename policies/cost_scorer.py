@@ -45,14 +45,19 @@ spread the same way, each conversation then following its own history.
 (``max(0, vllm:num_requests_waiting - pending_requests)``: another client's
 requests, whose prompts the gateway cannot see, are priced as a typical
 prefill each). ``running`` is the rest of the replica's outstanding requests
-(``ReplicaView.load`` less those others' waiting), the gateway's own pending
-ones included: each slows the shared engine steps a little, and a request
-whose prefill is still queued will be in the batch through this request's
-decode as much as one already decoding. (Counting only the confirmed ones
-priced a replica by how early its requests got their first tokens: in
-``vllm bench serve``'s 1,000 prompts at once, decided over a few seconds
-while first tokens came back, a replica holding 153 requests scored 0.45 s
-against 0.22 s for one holding 208, and got 154 of the 1,000 against 340.)
+(``ReplicaView.load`` less those others' waiting and the gateway's own pending
+ones), plus the pending ones whose prefill the estimate has drained
+(``ReplicaView.prefilled_requests``): each slows the shared engine steps a
+little. A request the gateway sent costs its prefill while the estimate says
+it is prefilling and a running slot after, never nothing. (Before, one whose
+prefill was drained but whose first token had not come cost nothing, and a
+replica was priced by how early its requests got their first tokens: in
+``vllm bench serve``'s 1,000 prompts, decided over a few seconds while first
+tokens came back, a replica holding 153 requests scored 0.45 s against 0.22 s
+for one holding 208, and got 154 of the 1,000 against 340. Counting every
+pending request as running from the moment it is sent evened that out too,
+but weighed a burst's queued requests twice, their prefill and their slot,
+and split a prefix of a burst of eight over two replicas.)
 ``kv_pressure`` rises
 linearly from 0 at ``kv_pressure_threshold`` KV usage to 1 at full: a nearly
 full cache makes the engine queue, preempt and evict. The trade-off is
@@ -171,7 +176,8 @@ def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequ
     prefill = (replica.pending_prefill_tokens + prompt_tokens - cached_tokens) \
         * config.prefill_seconds_per_token
     waiting = max(0, replica.waiting - replica.pending_requests)
-    running = max(0, replica.load - waiting)
+    running = max(0, replica.load - waiting - replica.pending_requests
+                  + replica.prefilled_requests)
     queue = running * config.running_seconds(request) + waiting * config.waiting_request_seconds
     headroom = 1.0 - config.kv_pressure_threshold
     pressure = max(0.0, min(1.0, (replica.kv_usage - config.kv_pressure_threshold) / headroom))
@@ -211,7 +217,7 @@ class CostScorer:
             load = replica.running + replica.waiting
             if replica.inflight > load:  # noqa: PLR1730
                 load = replica.inflight
-            running = load - waiting
+            running = load - waiting - pending + replica.prefilled_requests
             if running < 0:  # noqa: PLR1730
                 running = 0
             cost = running * per_running + waiting * per_waiting \

@@ -37,6 +37,10 @@ class ReplicaView:
     pending_prefill_tokens: int = 0
     """The prompt tokens those requests must still prefill there, as the gateway
     predicted them (their uncached part): the work a new request queues behind."""
+    prefilled_requests: int = 0
+    """Of ``pending_requests``, those at the front of the queue whose prefill the
+    estimate has drained whole (no tokens of theirs left in ``pending_prefill_tokens``):
+    running by the gateway's estimate, though their first token has not come yet."""
 
     @property
     def load(self) -> int:

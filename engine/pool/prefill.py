@@ -155,6 +155,20 @@ class PrefillQueue:
         drained = self._drained + max(0.0, now - self._stamp) / seconds_per_token
         return int(max(0.0, self._queued - drained))
 
+    def progress(self, now: float, seconds_per_token: float) -> tuple[int, int]:
+        """Prefill left in the queue at ``now``, and how many requests at its front the
+        drain has covered whole: prefilled by the estimate, only not confirmed yet."""
+        if not self._queued:
+            return 0, 0
+        drained = self._drained + max(0.0, now - self._stamp) / seconds_per_token
+        covered = 0
+        for count in self._entries.values():
+            if count > drained:
+                break
+            drained -= count
+            covered += 1
+        return self.tokens(now, seconds_per_token), covered
+
     def add(self, tokens: int, now: float, seconds_per_token: float) -> tuple[int, int]:
         """A request with ``tokens`` to prefill joins the back: its ticket, and the work
         ahead of it."""

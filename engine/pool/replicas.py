@@ -142,6 +142,7 @@ class Replica:
         foreign = max(0, m.running + m.waiting - self.inflight_at_scrape)
         foreign_waiting = min(m.waiting, foreign)
         pending = self.prefill.requests
+        left, prefilled = self.prefill.progress(now, PREFILL_SECONDS_PER_TOKEN)
         return ReplicaView(
             id=self.spec.id,
             healthy=self.breaker.admits(now),
@@ -151,8 +152,9 @@ class Replica:
             kv_usage=self.metrics.kv_usage,
             block_size=self.block_size(default_block_size),
             block_capacity=self.capacity_blocks,
-            pending_requests=self.prefill.requests,
-            pending_prefill_tokens=self.prefill.tokens(now, PREFILL_SECONDS_PER_TOKEN),
+            pending_requests=pending,
+            pending_prefill_tokens=left,
+            prefilled_requests=prefilled,
         )
 
 

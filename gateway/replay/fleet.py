@@ -208,12 +208,13 @@ class _Replica:
         if now - self._scraped_at >= self.spec.scrape_interval_s:
             self.kv_seen, self._scraped_at = self.engine.cache.usage, now
         pending = self.prefill.requests
+        left, prefilled = self.prefill.progress(now, PREFILL_SECONDS_PER_TOKEN)
         return ReplicaView(
             id=self.id, inflight=self.inflight, running=max(0, self.inflight - pending),
             waiting=min(pending, self.inflight), kv_usage=self.kv_seen,
             block_size=self.spec.block_size, block_capacity=self.spec.num_blocks,
-            pending_requests=pending,
-            pending_prefill_tokens=self.prefill.tokens(now, PREFILL_SECONDS_PER_TOKEN))
+            pending_requests=pending, pending_prefill_tokens=left,
+            prefilled_requests=prefilled)
 
 
 class _Counters:

@@ -115,14 +115,28 @@ def test_with_every_replica_busy_a_much_longer_queue_still_spills():
 def test_a_replica_is_not_priced_by_how_early_its_requests_got_their_first_token():
     # Mid-burst (vllm bench serve, 1,000 prompts at once): a's requests came back with
     # their first tokens sooner, so more of its 150 are confirmed; b holds 200, most of
-    # them still queued (their prefill counted drained). Every one of them will share
-    # the engine's steps with this request's decode: the replica with fewer goes first.
-    replicas = [replica("a", inflight=150, running=30, waiting=120, pending_requests=120),
+    # them still unconfirmed though their prefill is drained by the estimate. All of them
+    # will share the engine's steps with this request's decode: the replica with fewer
+    # goes first.
+    replicas = [replica("a", inflight=150, running=30, waiting=120, pending_requests=120,
+                        prefilled_requests=120),
                 replica("b", inflight=200, running=10, waiting=190, pending_requests=190,
-                        pending_prefill_tokens=500)]
+                        prefilled_requests=182, pending_prefill_tokens=500)]
     decision = decide(PROMPT, replicas, {"a": 64, "b": 64}, None, {}, rotation=1)
     assert decision.replica_id == "a"
     assert decision.scores["a"] < decision.scores["b"]
+
+
+def test_a_request_still_prefilling_costs_its_prefill_not_also_a_running_slot():
+    # A burst just sent: a queues 8 prefilling requests (1,600 tokens left), b 9 (1,700).
+    # A request still prefilling by the estimate is priced by its tokens only, so the
+    # difference is the 100 tokens, not nine running slots against eight on top.
+    replicas = [replica("a", inflight=8, waiting=8, pending_requests=8,
+                        pending_prefill_tokens=1600),
+                replica("b", inflight=9, waiting=9, pending_requests=9,
+                        pending_prefill_tokens=1700)]
+    decision = decide(PROMPT, replicas, {"a": 64, "b": 64}, None, {}, rotation=1)
+    assert decision.scores["b"] - decision.scores["a"] == pytest.approx(100 * 1e-4)
 
 
 def test_cost_avoids_a_replica_whose_kv_cache_is_full():
@@ -210,14 +224,19 @@ def test_session_table_is_bounded_and_ages():
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 10),
-                          st.floats(0.0, 1.0), st.integers(0, 80)), min_size=1, max_size=12),
+                          st.floats(0.0, 1.0), st.integers(0, 80),
+                          st.tuples(st.integers(0, 12), st.integers(0, 12),
+                                    st.integers(0, 4000))), min_size=1, max_size=12),
        st.integers(1, 3000), st.integers(0, 5))
 def test_the_cost_ranking_scores_are_the_estimated_ttft(
-        loads: list[tuple[int, int, int, float, int]], prompt_tokens: int, rotation: int) -> None:
+        loads: list[tuple[int, int, int, float, int, tuple[int, int, int]]], prompt_tokens: int,
+        rotation: int) -> None:
     """The scorer inlines ``estimated_ttft`` for speed; the two must never disagree."""
-    replicas = [replica(f"r{i}", inflight=a, running=b, waiting=c, kv_usage=kv)
-                for i, (a, b, c, kv, _) in enumerate(loads)]
-    matched = {f"r{i}": m for i, (*_, m) in enumerate(loads)}
+    replicas = [replica(f"r{i}", inflight=a, running=b, waiting=c + min(p, a), kv_usage=kv,
+                        pending_requests=min(p, a), prefilled_requests=min(q, p, a),
+                        pending_prefill_tokens=tokens if min(p, a) > min(q, p, a) else 0)
+                for i, (a, b, c, kv, _, (p, q, tokens)) in enumerate(loads)]
+    matched = {f"r{i}": m for i, (_, _, _, _, m, _) in enumerate(loads)}
     request = RouteRequest(model="m", block_hashes=tuple(range(64)),
                            prompt_tokens=prompt_tokens, block_size=16)
     config = CostConfig()
@@ -225,9 +244,10 @@ def test_the_cost_ranking_scores_are_the_estimated_ttft(
     for view in replicas:
         assert decision.scores[view.id] == pytest.approx(
             estimated_ttft(view, matched[view.id], request, config), abs=1e-12)
-    # The ranking is by the score, plus (every replica busy: here, the engine's
-    # queue) the prefill a candidate adds beyond the best candidate's.
-    busy = len(replicas) > 1 and all(view.waiting > 0 for view in replicas)
+    # The ranking is by the score, plus (every replica busy: the gateway's unconfirmed
+    # prefill, or another client's queue) the prefill a candidate adds beyond the best's.
+    busy = len(replicas) > 1 and all(
+        view.pending_prefill_tokens or view.waiting > view.pending_requests for view in replicas)
     uncached = {view.id: prompt_tokens - min(prompt_tokens, matched[view.id] * 16)
                 for view in replicas}
     extra = config.spill_prefill_weight * config.prefill_seconds_per_token if busy else 0.0

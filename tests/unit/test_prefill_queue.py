@@ -16,6 +16,18 @@ def test_work_ahead_is_what_was_sent_and_not_yet_drained() -> None:
     assert queue.tokens(5.0, SPEED) == 0            # the estimate never goes below zero
 
 
+def test_progress_counts_the_requests_the_drain_covered_whole() -> None:
+    queue = PrefillQueue()
+    for tokens in (1000, 500, 0, 1000):
+        queue.add(tokens, 0.0, SPEED)
+    assert queue.progress(0.0, SPEED) == (2500, 0)
+    assert queue.progress(0.9, SPEED) == (1600, 0)      # inside the first
+    assert queue.progress(1.0, SPEED) == (1500, 1)
+    assert queue.progress(1.6, SPEED) == (900, 3)       # the second, and the empty one after
+    assert queue.progress(9.0, SPEED) == (0, 4)
+    assert queue.requests == 4                          # none of them is settled by this
+
+
 def test_a_first_token_says_everything_sent_before_it_is_prefilled() -> None:
     queue = PrefillQueue()
     tickets = [queue.add(1000, 0.0, SPEED)[0] for _ in range(4)]
