@@ -135,8 +135,14 @@ class _Run:
 
     async def open_loop(self) -> None:
         tasks = []
-        for conversation in sorted(self.workload.conversations, key=lambda c: c.arrival):
-            delay = self.start + conversation.arrival - self.clock()
+        ordered = sorted(self.workload.conversations, key=lambda c: c.arrival)
+        for index, conversation in enumerate(ordered):
+            due = self.start + conversation.arrival
+            if self.deadline is not None and due >= self.deadline:
+                # the rest arrive later still: not sent, and not waited for
+                self.unsent += sum(len(c.turns) for c in ordered[index:])
+                break
+            delay = due - self.clock()
             if delay > 0:
                 await asyncio.sleep(delay)
             if self.expired():

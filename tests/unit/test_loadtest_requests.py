@@ -113,3 +113,28 @@ async def test_agent_sends_tools_and_drops_the_answers() -> None:
         assert len(body["messages"]) == 2 + 2 * (step + 1)
         assert "ANSWER" not in json.dumps(body["messages"]), "no answer is resent"
     assert result.prompts[-1].tools == TOOLS
+
+
+async def test_a_bounded_run_does_not_wait_for_arrivals_past_its_end(monkeypatch: Any) -> None:
+    # Three bursts 100 s apart, a run of 1 s: the first burst is sent, the other two are
+    # counted unsent, and the driver does not sleep until their arrival times.
+    from loadtest import driver
+
+    waits: list[float] = []
+    real_sleep = driver.asyncio.sleep
+
+    async def recorded(delay: float, *args: Any) -> Any:
+        waits.append(delay)
+        return await real_sleep(0)
+
+    monkeypatch.setattr(driver.asyncio, "sleep", recorded)
+    server = _Server()
+    client = server.client()
+    now = itertools.count()
+    result = await drive(build_workload("burst", {"bursts": 3, "burst_size": 2, "gap": 100.0,
+                                                  "prefix_len": 8, "question_len": 4}),
+                         client, "m", clock=lambda: next(now) * 1e-3, max_duration=1.0)
+    await client.close()
+    assert len(server.requests) == 2
+    assert result.unsent == 4
+    assert not [w for w in waits if w > 1.0]
