@@ -57,10 +57,9 @@ tokens came back, a replica holding 153 requests scored 0.45 s against 0.22 s
 for one holding 208, and got 154 of the 1,000 against 340. Counting every
 pending request as running from the moment it is sent evened that out too,
 but weighed a burst's queued requests twice, their prefill and their slot,
-and split a prefix of a burst of eight over two replicas.)
-``kv_pressure`` rises
-linearly from 0 at ``kv_pressure_threshold`` KV usage to 1 at full: a nearly
-full cache makes the engine queue, preempt and evict. The trade-off is
+and split a prefix of a burst of eight over two replicas.) ``kv_pressure``
+rises linearly from 0 at ``kv_pressure_threshold`` KV usage to 1 at full: a
+nearly full cache makes the engine queue, preempt and evict. The trade-off is
 explicit: with the defaults a cached 1,000-token prefix is worth one more
 waiting request, 1,000 tokens of prefill queued ahead, or more running
 requests the shorter the answer: about 19 for a 16-token answer, 12 for

@@ -148,26 +148,30 @@ class PrefillQueue:
         """Requests whose prefill is not settled."""
         return len(self._entries)
 
+    def _drained_at(self, now: float, seconds_per_token: float) -> float:
+        return min(float(self._queued),
+                   self._drained + max(0.0, now - self._stamp) / seconds_per_token)
+
     def tokens(self, now: float, seconds_per_token: float) -> int:
         """Prefill left in the queue at ``now``."""
         if not self._queued:
             return 0
-        drained = self._drained + max(0.0, now - self._stamp) / seconds_per_token
-        return int(max(0.0, self._queued - drained))
+        return int(self._queued - self._drained_at(now, seconds_per_token))
 
     def progress(self, now: float, seconds_per_token: float) -> tuple[int, int]:
         """Prefill left in the queue at ``now``, and how many requests at its front the
         drain has covered whole: prefilled by the estimate, only not confirmed yet."""
         if not self._queued:
             return 0, 0
-        drained = self._drained + max(0.0, now - self._stamp) / seconds_per_token
+        drained = self._drained_at(now, seconds_per_token)
+        left = int(self._queued - drained)
         covered = 0
         for count in self._entries.values():
             if count > drained:
                 break
             drained -= count
             covered += 1
-        return self.tokens(now, seconds_per_token), covered
+        return left, covered
 
     def add(self, tokens: int, now: float, seconds_per_token: float) -> tuple[int, int]:
         """A request with ``tokens`` to prefill joins the back: its ticket, and the work
@@ -203,8 +207,7 @@ class PrefillQueue:
 
     def _advance(self, now: float, seconds_per_token: float) -> None:
         if self._queued:
-            self._drained = min(float(self._queued), self._drained
-                                + max(0.0, now - self._stamp) / seconds_per_token)
+            self._drained = self._drained_at(now, seconds_per_token)
         else:
             self._drained = 0.0
         self._stamp = now
