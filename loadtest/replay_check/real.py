@@ -27,6 +27,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -157,16 +158,49 @@ def fit_command(urls: Sequence[str], interval: float, shape: EngineShape, readin
                    "--save-readings", str(readings), "--out", str(out)]
 
 
+_READ_LINE = re.compile(rb"^  read (\d+) times", re.MULTILINE)
+
+
+def _reads(log_path: Path) -> int:
+    """How many replica readings ``prefixgate fit`` has logged so far (0: none yet)."""
+    try:
+        counts = _READ_LINE.findall(log_path.read_bytes())
+    except OSError:
+        return 0
+    return int(counts[-1]) if counts else 0
+
+
+def _wait_for_reads(process: subprocess.Popen[bytes], log_path: Path, at_least: int,
+                    timeout: float) -> None:
+    """Block until the fit has logged ``at_least`` readings. A fit whose first reading
+    comes after a short workload ended would see no finished request (a slow machine
+    takes seconds to import it), and one stopped right after the workload would miss
+    the last requests' completion."""
+    deadline = time.monotonic() + timeout
+    while _reads(log_path) < at_least:
+        if process.poll() is not None:
+            raise RuntimeError(f"prefixgate fit exited with {process.returncode} before "
+                               f"reading the replicas: {log_path}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"prefixgate fit read the replicas fewer than {at_least} "
+                               f"times in {timeout:g} s: {log_path}")
+        time.sleep(0.05)
+
+
 @contextlib.contextmanager
-def fitting(argv: Sequence[str], log_path: Path) -> Iterator[None]:
+def fitting(argv: Sequence[str], log_path: Path, replicas: int) -> Iterator[None]:
     """Run ``prefixgate fit`` (``argv``) while the block runs; SIGTERM ends it, and it fits
-    what it read (SIGINT would not do: a process started in the background ignores it)."""
+    what it read (SIGINT would not do: a process started in the background ignores it).
+    The block starts once every replica has been read, and the fit is stopped only after
+    one more round of readings than it had when the block ended."""
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "gateway.cli", *argv[1:]],
                                    stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         try:
+            _wait_for_reads(process, log_path, replicas, timeout=120.0)
             yield
+            _wait_for_reads(process, log_path, _reads(log_path) + replicas, timeout=60.0)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -200,7 +234,7 @@ def run_real(run: RealRun, shape: EngineShape, folder: Path, limits: RunLimits) 
                 argv = fit_command(urls, run.fit_interval_s, shape, folder / "readings.jsonl",
                                    model_file)
                 commands.append(shlex.join(argv) + "  # stopped with SIGTERM after the run")
-                reading = fitting(argv, log_dir / "fit.log")
+                reading = fitting(argv, log_dir / "fit.log", len(urls))
             _say(f"== {run.name}: {run.workload.request_count} requests through the gateway "
                  f"({run.workload.pacing.describe()})")
             with reading:

@@ -63,3 +63,25 @@ def test_a_what_if_holds_when_direction_and_size_of_the_change_agree() -> None:
         Figures(100, 0.788, 0.109, 0.385))}
     assert flat["hit rate change (points)"].direction_met
     assert flat["TTFT p50 ratio to base"].direction_met
+
+
+def test_the_fit_is_waited_for_until_it_has_read_the_replicas(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    from loadtest.replay_check.real import _reads, _wait_for_reads
+
+    log = tmp_path / "fit.log"
+    assert _reads(log) == 0  # no log yet: nothing read
+    log.write_bytes(b"reading 2 replicas\n  read 2 times, 1/60 s\n  read 4 times, 2/60 s\n")
+    assert _reads(log) == 4
+    append = f"open({str(log)!r}, 'ab').write(b'  read 6 times, 3/60 s\\n')"
+    writer = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep(0.3); {append}"])
+    _wait_for_reads(writer, log, 6, timeout=30.0)
+    writer.wait()
+    assert _reads(log) == 6
+    # a fit that exits before reading enough is an error, not a wait until the timeout
+    gone = subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])
+    gone.wait()
+    with pytest.raises(RuntimeError, match="exited with 2"):
+        _wait_for_reads(gone, log, 8, timeout=30.0)
