@@ -9,8 +9,13 @@
 # plots). Run from the repository root with the project's venv active (or
 # PYTHON=...). About 4-6 minutes a workload on 2 cores. CONTENDERS=... replaces the
 # contenders (e.g. this commit and the one before: prefixgate:prefix?@tree=DIR).
+# REPEAT=N runs the suite N times into OUT_DIR/run-1 .. run-N, the contenders' order
+# rotated by one each time (the first contender of a run loses some of its tail), and
+# writes OUT_DIR/medians.md: each contender's median hit rate and TTFT p99 a workload
+# (python -m loadtest.medians).
 set -euo pipefail
-OUT="${1:?usage: $0 OUT_DIR [WORKLOAD ...]}"; shift || true
+ROOT="${1:?usage: $0 OUT_DIR [WORKLOAD ...]}"; shift || true
+REPEAT="${REPEAT:-1}"
 PYTHON="${PYTHON:-python}"
 TRACE="${MOONCAKE_TRACE:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/data/mooncake}"
 CONTENDERS="${CONTENDERS:-prefixgate:prefix,prefixgate:precise,prefixgate:round_robin,sglang-router:cache_aware,vllm-router:cache_aware}"
@@ -25,6 +30,7 @@ run() {  # name, replica args, contenders, workload args...
 
 SELECTED="$*"
 
+suite() {
 for name in shared-prefix multi-turn mooncake rag flattened agent shared-prefix-completions \
             shared-prefix-bytes; do
     [[ -z "$SELECTED" || " $SELECTED " == *" $name "* ]] || continue
@@ -57,3 +63,21 @@ for name in shared-prefix multi-turn mooncake rag flattened agent shared-prefix-
             --output-len 32 --concurrency 12 ;;
     esac
 done
+}
+
+IFS=, read -ra ORDER <<< "$CONTENDERS"
+for ((i = 0; i < REPEAT; i++)); do
+    if ((REPEAT == 1)); then
+        OUT="$ROOT"
+    else
+        OUT="$ROOT/run-$((i + 1))"
+        k=$((i % ${#ORDER[@]}))
+        CONTENDERS="$(IFS=,; echo "${ORDER[*]:k},${ORDER[*]:0:k}")"
+        CONTENDERS="${CONTENDERS%,}"
+        echo "== run $((i + 1)) of $REPEAT: $CONTENDERS"
+    fi
+    suite
+done
+if ((REPEAT > 1)); then
+    "$PYTHON" -m loadtest.medians "$ROOT"/run-* | tee "$ROOT/medians.md"
+fi
