@@ -69,7 +69,7 @@ def _p99_cell(figures: Figures | None, best: bool) -> str:
     values = figures.ttft_p99s
     text = f"{statistics.median(values) * 1000:.1f}"
     if len(values) > 1:
-        text += f" ({min(values) * 1000:.0f}-{max(values) * 1000:.0f})"
+        text += f" ({min(values) * 1000:.1f}-{max(values) * 1000:.1f})"
     return f"**{text}**" if best else text
 
 

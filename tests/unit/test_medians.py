@@ -32,7 +32,7 @@ def test_medians_judge_the_subject_against_the_best_peer(tmp_path: Path,
     out = capsys.readouterr().out
     rag = next(line for line in out.splitlines() if line.startswith("| rag"))
     # default: median of 100, 300, 160 ms; sglang-router: of 150 and 250 (its failed run left out)
-    assert "**160.0 (100-300)**" in rag and "200.0 (150-250)" in rag
+    assert "**160.0 (100.0-300.0)**" in rag and "200.0 (150.0-250.0)" in rag
     assert "91.0" in rag and "81.0" in rag  # median hit rates
     assert "0.80x (at or under)" in rag
     agent = next(line for line in out.splitlines() if line.startswith("| agent"))
