@@ -33,7 +33,6 @@ class Figures:
     """One contender's figures on one workload, one entry per run that measured it."""
     hit_rates: list[float] = field(default_factory=list)
     ttft_p99s: list[float] = field(default_factory=list)
-    positions: list[int] = field(default_factory=list)  # its place in the run's order, 1-based
 
 
 def read_runs(runs: Sequence[Path]) -> tuple[dict[str, dict[str, Figures]], list[str]]:
@@ -45,7 +44,7 @@ def read_runs(runs: Sequence[Path]) -> tuple[dict[str, dict[str, Figures]], list
         for results in sorted(run.glob("*/results.json")):
             data = json.loads(results.read_text())
             workload = results.parent.name
-            for position, contender in enumerate(data.get("contenders", []), start=1):
+            for contender in data.get("contenders", []):
                 name = contender["name"]
                 if name not in names:
                     names.append(name)
@@ -55,7 +54,6 @@ def read_runs(runs: Sequence[Path]) -> tuple[dict[str, dict[str, Figures]], list
                 figures = found.setdefault(workload, {}).setdefault(name, Figures())
                 figures.hit_rates.append(float(summary["hit_rate"]))
                 figures.ttft_p99s.append(float(summary["ttft"]["p99"]))
-                figures.positions.append(position)
     return found, names
 
 

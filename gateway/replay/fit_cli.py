@@ -95,6 +95,7 @@ def read_replicas(urls: Sequence[str], duration: float, interval: float,
                 elapsed = clock() - started
                 if elapsed >= duration:
                     break
+                # loadtest/replay_check/real.py waits on this line's count: keep its form
                 log(f"  read {sum(len(r) for r in readings.values())} times, "
                     f"{elapsed:.0f}/{duration:.0f} s")
                 sleep(max(0.0, interval - (clock() - round_at)))

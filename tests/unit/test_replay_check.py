@@ -1,4 +1,5 @@
-"""``python -m loadtest replay-check``'s pure parts: the what-ifs and the verdicts.
+"""``python -m loadtest replay-check``'s pure parts: the what-ifs, the verdicts, the wait
+for the fit's readings.
 
 The harness itself (real runs, the fit, the replays, the results folder) runs
 end to end against simulated replicas in ``tests/integration/test_replay_check.py``.
@@ -6,8 +7,13 @@ end to end against simulated replicas in ``tests/integration/test_replay_check.p
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
+from loadtest.replay_check.real import _reads, _wait_for_reads
 from loadtest.replay_check.scenarios import SCENARIOS, Scenario, replay_argv, scenario_workload
 from loadtest.replay_check.verdict import Figures, base_checks, what_if_checks
 
@@ -65,12 +71,7 @@ def test_a_what_if_holds_when_direction_and_size_of_the_change_agree() -> None:
     assert flat["TTFT p50 ratio to base"].direction_met
 
 
-def test_the_fit_is_waited_for_until_it_has_read_the_replicas(tmp_path) -> None:
-    import subprocess
-    import sys
-
-    from loadtest.replay_check.real import _reads, _wait_for_reads
-
+def test_the_fit_is_waited_for_until_it_has_read_the_replicas(tmp_path: Path) -> None:
     log = tmp_path / "fit.log"
     assert _reads(log) == 0  # no log yet: nothing read
     log.write_bytes(b"reading 2 replicas\n  read 2 times, 1/60 s\n  read 4 times, 2/60 s\n")
