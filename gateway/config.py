@@ -430,6 +430,12 @@ class Settings(Strict):
     outside ``server.max_connections``: point the liveness and readiness probes at it,
     so clients holding every connection cannot get the gateway restarted. Keep it off
     the client-facing Service. Unset: none (the probes share the client port)."""
+    workers: int | Literal["auto"] = "auto"
+    """Serving processes on the one port (``gateway.server.workers``), routing as one
+    gateway: a number (1 .. 64), or ``auto``: half the cores this process may use
+    (its CPU affinity and cgroup quota), at least 1, and 1 whenever something in the
+    settings holds state a second process would not share (an in-process replica, a
+    trace file, client keys without ``redis_url``)."""
     policy: str = "auto"
     """A policy name, or ``auto``: ``precise`` when every replica publishes KV events
     (``kv_events`` set, or in-process), else ``prefix``."""
@@ -505,6 +511,13 @@ class Settings(Strict):
             raise ValueError("redis_url must start with redis://, rediss:// or unix://")
         return value
 
+    @field_validator("workers")
+    @classmethod
+    def _workers_range(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= 64:
+            raise ValueError("workers must be auto or 1 .. 64")
+        return value
+
     @model_validator(mode="after")
     def _ports_differ(self) -> Settings:
         if self.health_port and self.health_port == self.port:
@@ -524,7 +537,7 @@ class Settings(Strict):
 
 
 _ENV_SCALARS = {
-    "HOST": "host", "PORT": "port", "HEALTH_PORT": "health_port", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
+    "HOST": "host", "PORT": "port", "HEALTH_PORT": "health_port", "WORKERS": "workers", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
     "TOKENIZER": "tokenizer", "API_KEYS": "api_keys",

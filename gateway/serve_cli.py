@@ -4,7 +4,9 @@
 the environment (``gateway.config``), checks what would stop start-up before
 anything starts (a tokenizer folder that is not one, a port in use), starts
 the embedded replicas when none are configured (``gateway.replicas.embedded``),
-builds the app (``create_app``) and runs the HTTP server until SIGTERM.
+builds the app (``create_app``) and runs the HTTP server until SIGTERM; with
+more than one worker (``--workers``), supervises the processes that do
+(``gateway.server.workers``).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from gateway.ops.block_table import report_block_table
 from gateway.prompt.tokenizer_source import configured_folder_problem
 from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
 from gateway.server.app import create_app
-from gateway.server.http import serve_app
+from gateway.server.http import bind_all, serve_app
 from gateway.server.listen import ListenError, bind_listener
+from gateway.server.workers import resolve_workers, run_workers
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
                    "--model: for the one model the replicas serve)")
     p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
+    p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
+                   help="serving processes on the one port, routing as one gateway "
+                        "(default auto: half the usable cores, 1 on a 2-core machine)")
     p.add_argument("--max-body-bytes", type=int,
                    help="largest request body accepted; larger ones get 413 (default 8 MiB)")
     p.add_argument("--log-level", help="debug, info, warning, error")
@@ -67,8 +73,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _workers_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number or auto") from None
+
+
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
+                           "workers": args.workers,
                            "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
                            "access_log": args.access_log, "api_keys": args.api_keys,
                            "redis_url": args.redis_url,
@@ -157,10 +173,13 @@ def main(argv: Sequence[str]) -> int:
                 print(f"prefixgate: {exc}", file=sys.stderr)
                 return 2
         try:
-            app = create_app(settings)
+            workers = resolve_workers(settings)
+            app = create_app(settings)  # a wrong policy fails here, before any worker starts
         except ValueError as exc:
             print(f"prefixgate: {exc}", file=sys.stderr)
             return 2
+        if workers > 1:  # this process supervises; the workers serve (gateway.server.workers)
+            return run_workers(settings, workers, bind_all(settings))
         # A SIGTERM before the server runs exits through the ExitStack (which
         # stops the embedded replicas); once it runs, the server drains on it
         # and returns (gateway.server.http).

@@ -3,18 +3,19 @@
 When a replica confirms a prefix-routed request's prefill (its first byte:
 ``gateway.request.lifecycle``), the policy learns the request's blocks there
 (``gateway.request.decider``) and this observer queues the same for the other
-gateway instances (``FleetSync.routed``, published through Redis in batches).
+gateway instances (``SharedRouting.routed``, published in batches through Redis between
+instances, through the supervisor's hub between one gateway's workers).
 """
 
 from __future__ import annotations
 
-from gateway.fleet.sync import FleetSync
+from gateway.fleet.shared import SharedRouting
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
 
 
 class FleetPublisher(Silent):
-    def __init__(self, fleet: FleetSync) -> None:
+    def __init__(self, fleet: SharedRouting) -> None:
         self.fleet = fleet
 
     def on_first_byte(self, exchange: Exchange, replica_id: str) -> None:

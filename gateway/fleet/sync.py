@@ -50,9 +50,7 @@ import logging
 import secrets
 import socket
 import time
-from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -75,32 +73,12 @@ from gateway.fleet.codec import (
     encode_snapshot,
 )
 from gateway.fleet.journal import Journal
+from gateway.fleet.shared import REDIS_OPTIONS, FleetOptions, SharedRouting
 from policies.base import Policy
-from policies.types import RouteRequest
 
 log = logging.getLogger("prefixgate.fleet")
 
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
-
-
-@dataclass(frozen=True)
-class FleetOptions:
-    flush_seconds: float = 0.005
-    batch_entries: int = 256
-    queue_entries: int = 10_000
-    stream_maxlen: int = 20_000
-    load_tick_seconds: float = 0.05
-    heartbeat_seconds: float = 1.0
-    load_ttl_seconds: float = 3.0
-    snapshot_seconds: float = 5.0
-    snapshot_ttl_seconds: float = 600.0
-    snapshot_blocks_per_replica: int = 16_384
-    read_block_ms: int = 500
-    read_count: int = 512
-    socket_timeout_seconds: float = 2.0
-    backoff_initial_seconds: float = 0.1
-    backoff_max_seconds: float = 5.0
-    startup_sync_seconds: float = 3.0
 
 
 def redact_url(url: str) -> str:
@@ -117,61 +95,32 @@ def stream_id_key(stream_id: str) -> tuple[int, int]:
     return int(millis), int(seq or 0)
 
 
-class FleetSync:
+class FleetSync(SharedRouting):
+    send_errors = REDIS_ERRORS
+
     def __init__(self, url: str, key_prefix: str, pool: ReplicaPool, policy: Policy, *,
-                 options: FleetOptions = FleetOptions(),
+                 options: FleetOptions = REDIS_OPTIONS,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock: Callable[[], float] = time.time) -> None:
+        journal = Journal(blocks_per_replica=options.snapshot_blocks_per_replica)
+        super().__init__(f"{socket.gethostname()}-{secrets.token_hex(4)}", pool, policy,
+                         options=options, clock=clock, journal=journal)
         self.url = redact_url(url)
-        self.options = options
-        self.pool = pool
-        self.policy = policy
-        self.clock = clock
         self.wall_clock = wall_clock
-        self.instance = f"{socket.gethostname()}-{secrets.token_hex(4)}"
         self.stream_key = key_prefix + "stream"
         self.snapshot_key = key_prefix + "snapshot"
         self.writer_key = key_prefix + "snapshot-writer"
         self.redis = Redis.from_url(url, socket_timeout=options.socket_timeout_seconds,
                                     socket_connect_timeout=options.socket_timeout_seconds,
                                     retry=Retry(NoBackoff(), 1))
-        self.journal = Journal(blocks_per_replica=options.snapshot_blocks_per_replica)
-        self.up = False
+        self.journal: Journal = journal
         self.synced = False
         self.last_id: str | None = None
-        self.published = self.dropped = self.applied = self.bad_entries = self.resyncs = 0
-        self._pending: deque[Routed] = deque()
-        self._wake = asyncio.Event()
-        self._remote_load: dict[str, tuple[dict[str, int], float]] = {}
-        self._sent_load: dict[str, int] | None = None
-        self._sent_load_at = 0.0
+        self.resyncs = 0
         self._snapshot_at = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         self._lost = False
         pool.add_listener(self._on_health)
-
-    # -- the request path: never awaits ------------------------------------------
-
-    def routed(self, request: RouteRequest, replica_id: str) -> None:
-        """Queue what the policy just learned for publishing (``FleetPublisher``)."""
-        if not request.block_hashes and request.session_key is None:
-            return  # a load-only policy's request: nothing to share
-        if len(self._pending) >= self.options.queue_entries:
-            self.dropped += 1
-            return
-        self._pending.append(Routed(replica_id, request.block_hashes, request.session_key))
-        if len(self._pending) == 1 or len(self._pending) >= self.options.batch_entries:
-            self._wake.set()
-
-    def remote_inflight(self) -> dict[str, int]:
-        """Other live instances' in-flight requests per replica."""
-        total: Counter[str] = Counter()
-        for counts, _ in self._remote_load.values():
-            total.update(counts)
-        return dict(total)
-
-    def peers(self) -> int:
-        return len(self._remote_load)
 
     def status(self) -> dict[str, object]:
         """For ``/ready``: Redis is optional, so this never makes the gateway unready."""
@@ -208,9 +157,7 @@ class FleetSync:
             self._lost = False
             return
         self.synced = False
-        if self._remote_load:
-            self._remote_load.clear()
-            self.pool.set_remote_inflight({})
+        self._forget_remote_load()
         if not self._lost:
             self._lost = True
             log.warning("redis %s unreachable (%s: %s): serving on local routing state, "
@@ -222,52 +169,12 @@ class FleetSync:
 
     # -- publishing --------------------------------------------------------------
 
-    async def _publish_loop(self) -> None:
-        options = self.options
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), options.load_tick_seconds)
-            self._wake.clear()
-            if self._pending and len(self._pending) < options.batch_entries:
-                await asyncio.sleep(options.flush_seconds)
-            now = self.clock()
-            self._expire_remote(now)
-            while self._pending or self._load_due(now):
-                await self._publish(self._take(now), now)
-            if self.synced and now - self._snapshot_at >= options.snapshot_seconds:
-                await self._write_snapshot(now)
+    async def _send(self, batch: list[Routed | Load]) -> None:
+        await self._xadd(batch)
 
-    def _take(self, now: float) -> list[Routed | Load]:
-        batch: list[Routed | Load] = []
-        while self._pending and len(batch) < self.options.batch_entries:
-            entry = self._pending.popleft()
-            self.journal.routed(entry.replica_id, entry.block_hashes, entry.session_key, now)
-            batch.append(entry)
-        if self._load_due(now):
-            batch.append(Load(self._own_inflight()))
-        return batch
-
-    def _own_inflight(self) -> dict[str, int]:
-        return {replica.id: replica.inflight for replica in self.pool if replica.inflight}
-
-    def _load_due(self, now: float) -> bool:
-        return self.up and (self._own_inflight() != self._sent_load
-                            or now - self._sent_load_at >= self.options.heartbeat_seconds)
-
-    async def _publish(self, batch: list[Routed | Load], now: float) -> None:
-        if not self.up:  # the reader is reconnecting; the journal kept the entries
-            self.dropped += sum(isinstance(entry, Routed) for entry in batch)
-            return
-        try:
-            await self._xadd(batch)
-        except REDIS_ERRORS as exc:
-            self.dropped += sum(isinstance(entry, Routed) for entry in batch)
-            self._set_up(False, exc)
-            return
-        self.published += sum(isinstance(entry, Routed) for entry in batch)
-        for entry in batch:
-            if isinstance(entry, Load):
-                self._sent_load, self._sent_load_at = entry.inflight, now
+    async def _after_publish(self, now: float) -> None:
+        if self.synced and now - self._snapshot_at >= self.options.snapshot_seconds:
+            await self._write_snapshot(now)
 
     async def _xadd(self, batch: list[Routed | Load]) -> None:
         await self.redis.xadd(self.stream_key, {"b": encode_batch(self.instance, batch)},
@@ -352,15 +259,7 @@ class FleetSync:
                 <= stream_id_key(newest[0][0].decode()))
 
     def _apply_snapshot(self, snapshot: Snapshot) -> None:
-        now = self.clock()
-        behind = max(0.0, self.wall_clock() - snapshot.written_at)
-        for replica_id, runs in snapshot.replicas.items():
-            if self._serves(replica_id):
-                for run in runs:
-                    self._learn(replica_id, run.block_hashes, None, now - behind - run.age)
-        for session_key, replica_id, age in snapshot.sessions:
-            if self._serves(replica_id):
-                self._learn(replica_id, (), session_key, now - behind - age)
+        self._learn_snapshot(snapshot, max(0.0, self.wall_clock() - snapshot.written_at))
         self.last_id = snapshot.stream_id
 
     def _apply_reply(self, reply: Any, live: bool) -> int:
@@ -378,38 +277,6 @@ class FleetSync:
                 if batch.instance != self.instance:
                     self._apply_batch(batch.instance, batch.entries, live)
         return count
-
-    def _apply_batch(self, instance: str, entries: tuple[Routed | Load, ...],
-                     live: bool) -> None:
-        now = self.clock()
-        for entry in entries:
-            if isinstance(entry, Load):
-                if live:  # a gauge read from the backlog is stale
-                    self._remote_load[instance] = (entry.inflight, now)
-                    self.pool.set_remote_inflight(self.remote_inflight())
-            elif self._serves(entry.replica_id):
-                self._learn(entry.replica_id, entry.block_hashes, entry.session_key, now)
-                self.applied += 1
-
-    def _learn(self, replica_id: str, block_hashes: tuple[int, ...],
-               session_key: str | None, now: float) -> None:
-        self.policy.learn_remote(replica_id, block_hashes, session_key, now)
-        self.journal.routed(replica_id, block_hashes, session_key, now)
-
-    def _serves(self, replica_id: str) -> bool:
-        """Replicas this instance does not know, or finds unhealthy, learn nothing."""
-        try:
-            return self.pool.get(replica_id).healthy
-        except KeyError:
-            return False
-
-    def _expire_remote(self, now: float) -> None:
-        cutoff = now - self.options.load_ttl_seconds
-        expired = [i for i, (_, heard) in self._remote_load.items() if heard < cutoff]
-        for instance in expired:
-            del self._remote_load[instance]
-        if expired:
-            self.pool.set_remote_inflight(self.remote_inflight())
 
 
 def fleet_of(settings: Settings, pool: ReplicaPool, policy: Policy) -> FleetSync | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from engine.pool.replicas import ReplicaPool
 from gateway.config import Settings
@@ -25,11 +26,22 @@ from gateway.request.proxy import Proxy
 from policies.types import RouteRequest
 
 
+class WorkerView(Protocol):
+    """One worker of several (``gateway.fleet.local.LocalSync``), as the routes see it."""
+
+    def status(self) -> dict[str, object]: ...
+
+    async def gather_metrics(self) -> bytes | None:
+        """Every worker's ``/metrics``, merged; None when the others cannot be asked."""
+        ...
+
+
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, decider: Decider, proxy: Proxy,
                  metrics: GatewayMetrics, hashers: HasherSet,
                  preparing: Preparing | None = None,
-                 redis_status: Callable[[], dict[str, object]] | None = None) -> None:
+                 redis_status: Callable[[], dict[str, object]] | None = None,
+                 workers: WorkerView | None = None) -> None:
         self.settings = settings
         self.pool = pool
         self.decider = decider
@@ -42,6 +54,8 @@ class GatewayState:
         self.redis_status = redis_status
         """The shared routing state's condition for ``/ready`` (``gateway.fleet.sync``),
         None without ``redis_url``."""
+        self.workers = workers
+        """This process's place among the gateway's workers (``--workers N``), or None."""
 
     def expected_models(self) -> list[str]:
         configured = [m.name for m in self.settings.models]

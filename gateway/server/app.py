@@ -29,6 +29,7 @@ from engine.pool.discovery import Resolver, system_resolver
 from gateway.auth.keys import load_store
 from gateway.config import Settings
 from gateway.errors import error_body
+from gateway.fleet.local import WorkerRole
 from gateway.jsonresp import JSONResponse
 from gateway.ops.view import OpsView
 from gateway.replicas.sources import TransportFactory
@@ -87,10 +88,12 @@ class GatewayApp:
 
 
 def create_app(settings: Settings, transport: TransportFactory | None = None,
-               resolver: Resolver = system_resolver) -> GatewayApp:
+               resolver: Resolver = system_resolver,
+               worker: WorkerRole | None = None) -> GatewayApp:
     policy = build_policy(settings)  # a wrong policy or option fails here, not on a request
     keys = load_store(settings.api_keys, settings.tenant_salt_secret,
                       settings.retry_after_seconds)
     drain = Drain(settings.drain_seconds, settings.retry_after_seconds)
-    start = functools.partial(start_gateway, settings, policy, keys, drain, transport, resolver)
+    start = functools.partial(start_gateway, settings, policy, keys, drain, transport, resolver,
+                              worker)
     return GatewayApp(start, drain)

@@ -325,14 +325,24 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_app(app: Any, settings: Settings) -> None:
-    """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain."""
-    drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)
+def bind_all(settings: Settings) -> list[socket.socket]:
+    """The client port's socket, then the probe port's when ``health_port`` is set."""
     sockets = [bind(settings.host, settings.port)]
-    probe_port = None
     if settings.health_port is not None:
         sockets.append(bind(settings.host, settings.health_port))
-        probe_port = int(sockets[-1].getsockname()[1])
-        log.info("probes: /health and /ready also on port %d, outside the connection limit",
-                 probe_port)
+    return sockets
+
+
+def serve_app(app: Any, settings: Settings, sockets: list[socket.socket] | None = None,
+              announce: bool = True) -> None:
+    """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain. ``sockets``:
+    bound already (a worker's, inherited from the supervisor), else bound here."""
+    drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)
+    sockets = sockets or bind_all(settings)
+    probe_port = None
+    if len(sockets) > 1:
+        probe_port = int(sockets[1].getsockname()[1])
+        if announce:
+            log.info("probes: /health and /ready also on port %d, outside the connection "
+                     "limit", probe_port)
     GatewayServer(server_config(app, settings, probe_port), drain).run(sockets=sockets)

@@ -23,6 +23,7 @@ from gateway.auth.keys import KeyStore
 from gateway.config import Settings
 from gateway.fleet.metrics import fleet_collectors
 from gateway.fleet.publisher import FleetPublisher
+from gateway.fleet.shared import SharedRouting
 from gateway.fleet.sync import FleetSync
 from gateway.lint.ops import dashboard_feeds
 from gateway.lint.service import LintLimits, LintService
@@ -114,7 +115,7 @@ def register_collectors(metrics: GatewayMetrics, pool: ReplicaPool, hashers: Has
 
 
 def build_observers(decider: Decider, homes: ResponseHomes, metrics: GatewayMetrics,
-                    policy: Policy, fleet: FleetSync | None, live_lint: LiveLint | None,
+                    policy: Policy, fleet: SharedRouting | None, live_lint: LiveLint | None,
                     trace: Trace | None) -> list[RequestObserver]:
     """Who hears each request's lifecycle, in the order they hear it."""
     observers: list[RequestObserver] = [decider, homes, Recorder(metrics, policy.name)]

@@ -63,6 +63,8 @@ def build_router(state: GatewayState) -> APIRouter:
         tokenizers = state.hashers.tokenizers()
         # Redis (shared routing state) is optional: it is reported, never a reason to be unready.
         redis = {"redis": state.redis_status()} if state.redis_status is not None else {}
+        if state.workers is not None:  # which worker answered, and whether it hears the others
+            redis["worker"] = state.workers.status()
         table = {"block_table": block_table_backend()}  # compiled, or the python fallback
         if not models or missing:
             return JSONResponse({"ready": False, "models_without_replica": missing or ["(none)"],
@@ -72,7 +74,9 @@ def build_router(state: GatewayState) -> APIRouter:
 
     @router.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        merged = await state.workers.gather_metrics() if state.workers is not None else None
+        return Response(merged if merged is not None else generate_latest(state.metrics.registry),
+                        media_type=CONTENT_TYPE_LATEST)
 
     return router
 

@@ -10,6 +10,7 @@ half-way stops what had started::
     pool                  every replica's backend, probe loops, leases, breakers
     hashers               the prompt's blocks, one hasher per model
     fleet                 the state shared through Redis (redis_url), or none
+    siblings              the other workers of this gateway (--workers N), or none
     metrics, decider      every series; the policy, asked and taught
     linter                the prompt linter (its routes, and live traffic when on)
     trace                 the recorded traffic (trace.path), or none
@@ -32,10 +33,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from prometheus_client import generate_latest
+
 from engine.pool.discovery import Resolver
 from gateway.auth.keys import KeyStore, watching
 from gateway.auth.shared import sharing
 from gateway.config import Settings
+from gateway.fleet.local import WorkerRole, siblings_of
 from gateway.fleet.sync import fleet_of
 from gateway.lint.suggest import SUGGESTIONS
 from gateway.ops.load import LoadCollector
@@ -89,15 +93,21 @@ class Serving:
 @contextlib.asynccontextmanager
 async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | None,
                         drain: Drain, transport: TransportFactory | None,
-                        resolver: Resolver) -> AsyncIterator[Serving]:
+                        resolver: Resolver, worker: WorkerRole | None = None
+                        ) -> AsyncIterator[Serving]:
     async with contextlib.AsyncExitStack() as stack:
         live, engines = await start_inprocess(settings, stack)
         transports = replica_transports(engines, transport)
         pool = build_pool(live, transports)
         hashers = build_hashers(live)
         stack.push_async_callback(hashers.aclose)
-        fleet = fleet_of(live, pool, policy)
         metrics = GatewayMetrics(pool)
+        fleet = fleet_of(live, pool, policy)
+        # With Redis the workers share routing state through it, as instances do; the hub
+        # then only merges their metrics.
+        siblings = siblings_of(worker, pool, policy, lambda: generate_latest(metrics.registry),
+                               share_routing=fleet is None)
+        shared = fleet or (siblings if siblings is not None and siblings.share_routing else None)
         decider = Decider(pool, policy, metrics, retry_after=live.retry_after_seconds)
         lint = build_lint(live, hashers, metrics)
         preparing = Preparing()  # requests before their decision: the linter waits for them
@@ -108,12 +118,13 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
             lambda: preparing.count, drain.in_flight,
             live_lint.queued if live_lint is not None else None))
         homes = ResponseHomes()
-        lifecycle = Lifecycle(build_observers(decider, homes, metrics, policy, fleet,
+        lifecycle = Lifecycle(build_observers(decider, homes, metrics, policy, shared,
                                               live_lint, trace))
         proxy = Proxy(pool, metrics, live.max_attempts, lifecycle,
                       timeouts=live.timeouts.engine(), drain=drain)
         state = GatewayState(live, pool, decider, proxy, metrics, hashers, preparing,
-                             redis_status=fleet.status if fleet is not None else None)
+                             redis_status=fleet.status if fleet is not None else None,
+                             workers=siblings)
         ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
         ops_view = build_ops_view(pool, policy, ops_sampler, lint, hashers, fleet)
         discovery = build_discovery(live, pool, transports, resolver)
@@ -125,6 +136,9 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         if fleet is not None:  # a restarted instance starts from the shared state
             await fleet.start()
             stack.push_async_callback(fleet.aclose)
+        if siblings is not None:  # a restarted worker starts from what the others know
+            await siblings.start()
+            stack.push_async_callback(siblings.aclose)
         await discover_tokenizers(hashers, pool, policy)
         metrics.start_at_zero(SUGGESTIONS if live.lint.enabled else ())
         ops_sampler.start()

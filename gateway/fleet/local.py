@@ -1,0 +1,335 @@
+"""The worker processes of one gateway (``prefixgate serve --workers N``) route as one.
+
+The supervisor (``gateway.server.workers``) runs a :class:`Hub` on a Unix
+socket in a private folder; each worker connects to it with a
+:class:`LocalSync`, the same sharing of routing state as between gateway
+instances through Redis (``gateway.fleet.shared``), carried in-host:
+
+* **Batches.** A worker's batch (what its policy learned from a first byte,
+  its in-flight requests per replica) goes to the hub, which hands it at once
+  to every other worker and keeps what was learned in a bounded journal. The
+  flush interval is a millisecond, not Redis's five: a worker hears of a
+  sibling's prefix within about a millisecond of its first byte.
+* **Start.** A worker that connects (the first ones, or one that replaced a
+  worker that died) gets the journal as a snapshot first, so a restarted
+  worker starts from what the others know.
+* **A worker that goes.** Its connection closes; the hub tells the others
+  that its in-flight count is zero (they stop adding its requests at once).
+* **Metrics.** ``/metrics`` lands on whichever worker accepted the
+  connection; that worker asks the hub, the hub asks every worker for its
+  exposition and merges them (``gateway.ops.worker_metrics``: each series
+  with a ``worker`` label), so one scrape sees the whole gateway.
+
+Frames on the socket: one kind byte, a 4-byte big-endian length, the
+payload. ``H`` hello (the worker's index), ``B`` a batch
+(``gateway.fleet.codec``), ``S`` the snapshot, ``G`` a worker asks for the
+merged metrics (a 4-byte request id), ``Q`` the hub asks a worker for its own
+(a 4-byte gather id), ``M`` a worker's answer (gather id, text), ``A`` the
+merged text (request id, text).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.pool.replicas import ReplicaPool
+from engine.tasks import cancel
+from gateway.fleet.codec import (
+    BadPayload,
+    Load,
+    Routed,
+    decode_batch,
+    decode_snapshot,
+    encode_batch,
+    encode_snapshot,
+)
+from gateway.fleet.journal import Journal
+from gateway.fleet.shared import FleetOptions, SharedRouting
+from gateway.ops.worker_metrics import merge_expositions
+from policies.base import Policy
+
+log = logging.getLogger("prefixgate.workers")
+
+LOCAL_OPTIONS = FleetOptions(flush_seconds=0.001, load_tick_seconds=0.02,
+                             heartbeat_seconds=1.0, load_ttl_seconds=3.0,
+                             startup_sync_seconds=3.0)
+"""In-host: a batch leaves within a millisecond, in-flight counts every 20 ms."""
+
+MAX_FRAME = 64 << 20
+GATHER_SECONDS = 2.0
+"""How long the hub waits for the workers' expositions (a stuck one is left out)."""
+WRITE_BUFFER_LIMIT = 16 << 20
+"""A worker that does not read: frames to it are dropped past this many queued bytes."""
+
+_HEADER = struct.Struct(">cI")
+_ID = struct.Struct(">I")
+
+
+def frame(kind: bytes, payload: bytes) -> bytes:
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The next frame's kind and payload; ``IncompleteReadError`` at the end."""
+    kind, size = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+    if size > MAX_FRAME:
+        raise BadPayload(f"a {size}-byte frame")
+    return kind, await reader.readexactly(size)
+
+
+# -- the supervisor's side -----------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _Worker:
+    writer: asyncio.StreamWriter
+    index: int | None = None
+    instance: str | None = None
+    dropped: int = 0
+
+    def send(self, data: bytes) -> None:
+        if self.writer.is_closing():
+            return
+        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
+            self.dropped += 1
+            return
+        self.writer.write(data)
+
+
+@dataclass
+class _Gather:
+    expected: set[_Worker]
+    texts: dict[int, bytes] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Hub:
+    """Relays every worker's batches to the others; keeps a journal for new workers."""
+
+    def __init__(self, path: str, *, blocks_per_replica: int = 16_384,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.clock = clock
+        self.journal = Journal(blocks_per_replica=blocks_per_replica)
+        self.workers: set[_Worker] = set()
+        self.relayed = self.bad_frames = 0
+        self._gathers: dict[int, _Gather] = {}
+        self._ids = itertools.count(1)
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, self.path,
+                                                       limit=MAX_FRAME)
+        os.chmod(self.path, 0o600)
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for worker in list(self.workers):
+            worker.writer.close()
+        await cancel(*self._tasks)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        worker = _Worker(writer)
+        self.workers.add(worker)
+        snapshot = self.journal.snapshot("0-0", self.clock(), time.time())
+        worker.send(frame(b"S", encode_snapshot(snapshot)))
+        try:
+            while True:
+                kind, payload = await read_frame(reader)
+                self._handle(worker, kind, payload)
+        except (asyncio.IncompleteReadError, ConnectionError, BadPayload):
+            pass
+        finally:
+            self.workers.discard(worker)
+            writer.close()
+            if worker.instance is not None:  # the others stop counting its requests
+                gone = frame(b"B", encode_batch(worker.instance, [Load({})]))
+                for other in self.workers:
+                    other.send(gone)
+            for gather in self._gathers.values():
+                gather.expected.discard(worker)
+                if not gather.expected:
+                    gather.done.set()
+
+    def _handle(self, worker: _Worker, kind: bytes, payload: bytes) -> None:
+        if kind == b"B":
+            try:
+                batch = decode_batch(payload)
+            except BadPayload:
+                self.bad_frames += 1
+                return
+            worker.instance = batch.instance
+            now = self.clock()
+            for entry in batch.entries:
+                if isinstance(entry, Routed):
+                    self.journal.routed(entry.replica_id, entry.block_hashes,
+                                        entry.session_key, now)
+            data = frame(b"B", payload)
+            for other in self.workers:
+                if other is not worker:
+                    other.send(data)
+            self.relayed += 1
+        elif kind == b"H":
+            worker.index = int(payload.decode())
+        elif kind == b"G":
+            task = asyncio.create_task(self._gather(worker, payload[:_ID.size]))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        elif kind == b"M":
+            (gather_id,) = _ID.unpack(payload[:_ID.size])
+            gather = self._gathers.get(gather_id)
+            if gather is not None and worker in gather.expected:
+                gather.expected.discard(worker)
+                gather.texts[worker.index if worker.index is not None else -1] = \
+                    payload[_ID.size:]
+                if not gather.expected:
+                    gather.done.set()
+        else:
+            self.bad_frames += 1
+
+    async def _gather(self, asking: _Worker, request_id: bytes) -> None:
+        gather_id = next(self._ids)
+        gather = _Gather(set(self.workers))
+        self._gathers[gather_id] = gather
+        query = frame(b"Q", _ID.pack(gather_id))
+        for worker in list(gather.expected):
+            worker.send(query)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(gather.done.wait(), GATHER_SECONDS)
+        finally:
+            del self._gathers[gather_id]
+        merged = await asyncio.to_thread(merge_expositions, gather.texts)
+        asking.send(frame(b"A", request_id + merged))
+
+
+# -- a worker's side -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkerRole:
+    """This process is worker ``index`` of a gateway whose supervisor's hub is at ``hub``."""
+
+    index: int
+    hub: str
+
+
+def siblings_of(worker: WorkerRole | None, pool: ReplicaPool, policy: Policy,
+                exposition: Callable[[], bytes], *, share_routing: bool) -> LocalSync | None:
+    """The other workers of this gateway, or None when it runs as one process."""
+    if worker is None:
+        return None
+    return LocalSync(worker.hub, worker.index, pool, policy, exposition,
+                     share_routing=share_routing)
+
+
+class LocalSync(SharedRouting):
+    """One worker's routing state, shared with its siblings through the hub (with
+    ``share_routing`` off, Redis shares it and the hub only merges metrics)."""
+
+    send_errors = (OSError, ConnectionError, RuntimeError)
+
+    def __init__(self, path: str, index: int, pool: ReplicaPool, policy: Policy,
+                 exposition: Callable[[], bytes], *, share_routing: bool = True,
+                 options: FleetOptions = LOCAL_OPTIONS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(f"worker-{index}-{os.getpid()}", pool, policy, options=options,
+                         clock=clock)
+        self.path = path
+        self.index = index
+        self.share_routing = share_routing
+        self.exposition = exposition
+        """This worker's own ``/metrics`` text, for the hub's merge."""
+        self._writer: asyncio.StreamWriter | None = None
+        self._answers: dict[int, asyncio.Future[bytes]] = {}
+        self._ids = itertools.count(1)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def status(self) -> dict[str, object]:
+        return {"worker": self.index, "up": self.up, "peers": self.peers()}
+
+    async def start(self) -> None:
+        """Connect, learn what the siblings know (the hub's snapshot), then run."""
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(self.path, limit=MAX_FRAME),
+                self.options.startup_sync_seconds)
+            self._writer = writer
+            writer.write(frame(b"H", str(self.index).encode()))
+            kind, payload = await asyncio.wait_for(read_frame(reader),
+                                                   self.options.startup_sync_seconds)
+            if kind == b"S" and self.share_routing:
+                self._learn_snapshot(decode_snapshot(payload), 0.0)
+            self.up = True
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, BadPayload) as exc:
+            log.warning("worker %d: the supervisor's hub (%s) is not there (%s): routing on "
+                        "this worker's own state", self.index, self.path, exc)
+            return
+        self._tasks = [asyncio.create_task(self._read_loop(reader), name="workers-read")]
+        if self.share_routing:
+            self._tasks.append(asyncio.create_task(self._publish_loop(), name="workers-publish"))
+
+    async def aclose(self) -> None:
+        await cancel(*self._tasks)
+        self._tasks.clear()
+        if self._writer is not None:
+            self._writer.close()
+        for answer in self._answers.values():
+            answer.cancel()
+
+    async def gather_metrics(self) -> bytes | None:
+        """Every worker's metrics, merged by the hub; None without a hub."""
+        if not self.up or self._writer is None:
+            return None
+        request_id = next(self._ids) & 0xFFFF_FFFF
+        answer = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = answer
+        try:
+            self._writer.write(frame(b"G", _ID.pack(request_id)))
+            return await asyncio.wait_for(answer, GATHER_SECONDS + 1.0)
+        except (TimeoutError, OSError, RuntimeError):
+            return None
+        finally:
+            self._answers.pop(request_id, None)
+
+    async def _send(self, batch: list[Routed | Load]) -> None:
+        if self._writer is None:
+            raise ConnectionError("no hub")
+        self._writer.write(frame(b"B", encode_batch(self.instance, batch)))
+        await self._writer.drain()
+
+    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                kind, payload = await read_frame(reader)
+                if kind == b"B":
+                    try:
+                        batch = decode_batch(payload)
+                    except BadPayload:
+                        self.bad_entries += 1
+                        continue
+                    if batch.instance != self.instance and self.share_routing:
+                        self._apply_batch(batch.instance, batch.entries, live=True)
+                elif kind == b"Q" and self._writer is not None:
+                    text = self.exposition()  # on the loop, as a scrape reads the state
+                    self._writer.write(frame(b"M", payload[:_ID.size] + text))
+                elif kind == b"A":
+                    (request_id,) = _ID.unpack(payload[:_ID.size])
+                    answer = self._answers.get(request_id)
+                    if answer is not None and not answer.done():
+                        answer.set_result(payload[_ID.size:])
+        except (asyncio.IncompleteReadError, ConnectionError, BadPayload) as exc:
+            # The supervisor is gone or going (it stops the workers itself).
+            log.warning("worker %d: the hub closed (%s): routing on this worker's own state",
+                        self.index, type(exc).__name__)
+            self._set_up(False, exc)

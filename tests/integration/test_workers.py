@@ -1,0 +1,182 @@
+"""``prefixgate serve --workers 2``: two serving processes on one port, one gateway.
+
+The real gateway process in front of four sim replicas, the official
+``openai`` client as the caller, every request on a connection of its own
+(so the kernel hands them to either worker): a prompt's prefix stays on one
+replica whichever worker takes it, ``/metrics`` shows both workers in one
+scrape, a worker killed mid-load is replaced without a failed request
+elsewhere, and SIGTERM stops the whole gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.support.api_keys import write_keys
+from tests.support.gateway import GatewayProcess
+from tests.support.sim import SimProcess
+from tests.support.waiting import wait_until
+
+from .conftest import MODEL, gateway_settings, running_sims, sim_args
+
+WORDS = ["refund", "order", "shipping", "invoice", "warranty", "region", "cache", "token",
+         "replica", "answer", "customer", "premium", "latency", "support"]
+
+
+@pytest.fixture(scope="module")
+def sims() -> Iterator[list[SimProcess]]:
+    with running_sims([sim_args(i, "--block-size", "16") for i in range(4)]) as started:
+        yield started
+
+
+@pytest.fixture
+def gateway(sims: list[SimProcess]) -> Iterator[GatewayProcess]:
+    gw = GatewayProcess(gateway_settings(sims, policy="prefix", workers=2))
+    try:
+        gw.start()
+        wait_until(lambda: set(worker_counts(gw)) == {"0", "1"}, 30,
+                   "both workers answer the merged /metrics")
+        yield gw
+    finally:
+        gw.stop()
+
+
+def worker_counts(gw: GatewayProcess) -> Counter[str]:
+    """Relayed requests answered per worker, from one scrape of the merged ``/metrics``."""
+    counts: Counter[str] = Counter()
+    for line in httpx.get(gw.url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("prefixgate_requests_total{") and 'replica="none"' not in line:
+            labels, _, value = line.partition("} ")
+            worker = labels.split('worker="')[1].split('"')[0]
+            counts[worker] += int(float(value))
+    return counts
+
+
+def system_prompt(seed: int) -> str:
+    rng = random.Random(seed)
+    return f"You are assistant #{seed}. " + " ".join(rng.choice(WORDS) for _ in range(300))
+
+
+async def ask(gw: GatewayProcess, system: str, question: str) -> tuple[str, int]:
+    """One chat request on a fresh connection: the replica that answered, matched tokens."""
+    client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+    try:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=MODEL, max_tokens=4, messages=[{"role": "system", "content": system},
+                                                 {"role": "user", "content": question}])
+    finally:
+        await client.close()
+    raw.parse()
+    return (raw.headers["x-prefixgate-replica"],
+            int(raw.headers.get("x-prefixgate-matched-tokens", "0")))
+
+
+def test_a_prefix_stays_on_one_replica_whichever_worker_takes_it(
+        gateway: GatewayProcess) -> None:
+    before = worker_counts(gateway)
+    placed: dict[int, Counter[str]] = defaultdict(Counter)
+    matched_after_first = []
+    for turn in range(6):
+        for seed in range(8):
+            replica, matched = asyncio.run(ask(gateway, system_prompt(seed), f"question {turn}"))
+            placed[seed][replica] += 1
+            if turn:
+                matched_after_first.append(matched)
+        time.sleep(0.05)  # the first byte's lesson crosses to the other worker
+    served = worker_counts(gateway) - before
+    # Both workers took a share of the 48 requests: each saw prefixes the other placed.
+    assert served["0"] >= 5 and served["1"] >= 5, served
+    assert {seed: len(where) for seed, where in placed.items()} == dict.fromkeys(range(8), 1), \
+        dict(placed)
+    assert len({replica for where in placed.values() for replica in where}) > 1  # spread
+    assert min(matched_after_first) > 0
+
+
+def test_one_scrape_shows_every_worker(gateway: GatewayProcess) -> None:
+    for seed in range(10):
+        asyncio.run(ask(gateway, system_prompt(100 + seed), "hello"))
+    text = httpx.get(gateway.url + "/metrics", timeout=10).text
+    loop_lag = {line.split('worker="')[1].split('"')[0] for line in text.splitlines()
+                if line.startswith("prefixgate_event_loop_lag_seconds_count{")}
+    assert loop_lag == {"0", "1"}
+    # each family is whole (one HELP), as Prometheus requires
+    assert text.count("# HELP prefixgate_requests_total ") == 1
+    ready = httpx.get(gateway.url + "/ready", timeout=5).json()
+    assert ready["ready"] is True and ready["worker"]["up"] is True
+    assert ready["worker"]["peers"] == 1
+
+
+def worker_pids(gw: GatewayProcess) -> list[int]:
+    """The supervisor's live children (from /proc: their parent pid, not zombies)."""
+    assert gw.proc is not None
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as handle:
+                    fields = handle.read().rpartition(")")[2].split()
+            except OSError:
+                continue
+            if fields[0] != "Z" and int(fields[1]) == gw.proc.pid:
+                children.append(int(entry))
+    return children
+
+
+def test_a_killed_worker_is_replaced_and_the_other_keeps_serving(
+        gateway: GatewayProcess) -> None:
+    placed = {seed: asyncio.run(ask(gateway, system_prompt(300 + seed), "first"))[0]
+              for seed in range(6)}
+    pids = worker_pids(gateway)
+    assert len(pids) == 2
+    os.kill(pids[0], signal.SIGKILL)
+    answered = []
+    for seed in range(20):  # a connection the dead worker had not accepted is not lost
+        replica, _ = asyncio.run(ask(gateway, system_prompt(200 + seed), "still there?"))
+        answered.append(replica)
+    assert len(answered) == 20
+    wait_until(lambda: len(worker_pids(gateway)) == 2 and pids[0] not in worker_pids(gateway),
+               30, "the supervisor started a new worker")
+    wait_until(lambda: set(worker_counts(gateway)) == {"0", "1"}, 30,
+               "the new worker answers the merged /metrics")
+    assert "exited with status -9: starting it again" in gateway.log()
+    # The new worker started from what the others knew: the prefixes stay where they were.
+    before = worker_counts(gateway)
+    for turn in range(4):
+        for seed, replica in placed.items():
+            assert asyncio.run(ask(gateway, system_prompt(300 + seed), f"again {turn}"))[0] \
+                == replica
+    served = worker_counts(gateway) - before
+    assert served["0"] and served["1"], served
+
+
+def test_sigterm_stops_the_supervisor_and_every_worker(sims: list[SimProcess]) -> None:
+    gw = GatewayProcess(gateway_settings(sims, policy="prefix", workers=2)).start()
+    pids = worker_pids(gw)
+    assert gw.proc is not None
+    gw.proc.send_signal(signal.SIGTERM)
+    assert gw.proc.wait(timeout=60) == 0
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_more_than_one_worker_with_client_keys_and_no_redis_is_refused(
+        sims: list[SimProcess], tmp_path: Path) -> None:
+    keys = tmp_path / "keys.yaml"
+    write_keys(keys, [{"key": "sk-user-0001", "tenant": "alpha", "max_concurrency": 1}])
+    gw = GatewayProcess(gateway_settings(sims, workers=2, api_keys=str(keys)))
+    with pytest.raises(RuntimeError, match="exited 2"):
+        gw.start(timeout=30)
+    assert "workers: 2 needs one process here" in gw.log()
+    assert "set redis_url" in gw.log()
