@@ -1,0 +1,87 @@
+"""The supervisor's hub and two workers' ``LocalSync`` over a real Unix socket.
+
+In-flight requests are what the process-level tests (``test_workers.py``)
+cannot see from outside: a worker counts its siblings' requests in the load
+its policy weighs, and stops counting a sibling's the moment it is gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from engine.backends.base import Timeouts
+from engine.backends.httpx_client import HttpxBackend
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from gateway.fleet.local import Hub, LocalSync
+from policies.prefix import prefix_policy
+from policies.types import RouteRequest
+from tests.support.waiting import eventually
+from tests.unit.fake_replica import FakeReplica
+
+PROMPT = tuple(range(500, 512))
+
+
+async def new_pool() -> ReplicaPool:
+    replicas = [(ReplicaSpec(name, f"http://{name}", model="m"),
+                 HttpxBackend(name, f"http://{name}", Timeouts(),
+                              transport=FakeReplica(name).transport()))
+                for name in ("r0", "r1")]
+    pool = ReplicaPool(replicas, health_interval=3600)
+    await pool.start()
+    return pool
+
+
+@pytest.fixture
+async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
+    started = Hub(str(tmp_path / "hub.sock"))
+    await started.start()
+    yield started
+    await started.aclose()
+
+
+async def worker(hub: Hub, index: int) -> tuple[LocalSync, ReplicaPool]:
+    pool = await new_pool()
+    sync = LocalSync(hub.path, index, pool, prefix_policy({}, clock=time.monotonic), lambda: b"")
+    await sync.start()
+    assert sync.up
+    return sync, pool
+
+
+async def test_a_siblings_in_flight_requests_count_until_it_is_gone(hub: Hub) -> None:
+    a, a_pool = await worker(hub, 0)
+    b, b_pool = await worker(hub, 1)
+    try:
+        a_pool.get("r1").inflight = 3  # three requests of worker A on r1 (leases count so)
+        await eventually(lambda: b_pool.get("r1").remote_inflight == 3, 5,
+                         "worker B counts worker A's requests")
+        assert b_pool.get("r0").remote_inflight == 0
+        await a.aclose()
+        await eventually(lambda: b_pool.get("r1").remote_inflight == 0, 5,
+                         "worker A's requests stop counting when it is gone")
+    finally:
+        await b.aclose()
+        await a_pool.aclose()
+        await b_pool.aclose()
+
+
+async def test_a_new_worker_starts_from_what_the_others_learned(hub: Hub) -> None:
+    a, a_pool = await worker(hub, 0)
+    try:
+        a.routed(RouteRequest("m", PROMPT, len(PROMPT) * 16, 16), "r1")
+        await eventually(lambda: hub.journal.size("r1") == len(PROMPT), 5,
+                         "the hub journalled worker A's prefix")
+        late, late_pool = await worker(hub, 1)  # a worker started after it (a restart)
+        try:
+            policy = late.policy
+            assert policy.pick(RouteRequest("m", PROMPT, len(PROMPT) * 16, 16),
+                               late_pool.snapshot("m")).replica_id == "r1"
+        finally:
+            await late.aclose()
+            await late_pool.aclose()
+    finally:
+        await a.aclose()
+        await a_pool.aclose()
