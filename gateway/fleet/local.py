@@ -23,7 +23,7 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
 Frames on the socket: one kind byte, a 4-byte big-endian length, the
 payload. ``H`` hello (the worker's index), ``B`` a batch
 (``gateway.fleet.codec``), ``S`` the snapshot, ``G`` a worker asks for the
-merged metrics (a 4-byte request id), ``Q`` the hub asks a worker for its own
+merged metrics (a 4-byte request id, the oldest merge it takes in milliseconds), ``Q`` the hub asks a worker for its own
 (a 4-byte gather id), ``M`` a worker's answer (gather id, text), ``A`` the
 merged text (request id, text).
 """
@@ -66,6 +66,9 @@ LOCAL_OPTIONS = FleetOptions(flush_seconds=0.001, load_tick_seconds=0.02,
 MAX_FRAME = 64 << 20
 GATHER_SECONDS = 2.0
 """How long the hub waits for the workers' expositions (a stuck one is left out)."""
+SAMPLER_MAX_AGE_SECONDS = 1.0
+"""A merge this young answers an ops sampler's ask (every worker's asks every 2 s: about
+one merge a second, however many workers); a scrape takes none older than itself."""
 WRITE_BUFFER_LIMIT = 16 << 20
 """A worker that does not read: frames to it are dropped past this many queued bytes."""
 
@@ -123,6 +126,8 @@ class Hub:
         self.relayed = self.bad_frames = 0
         self._gathers: dict[int, _Gather] = {}
         self._ids = itertools.count(1)
+        self._merge: asyncio.Future[bytes] | None = None
+        self._merged_at = float("-inf")
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -136,6 +141,8 @@ class Hub:
             self._server.close()
         for worker in list(self.workers):
             worker.writer.close()
+        if self._merge is not None:
+            self._merge.cancel()
         await cancel(*self._tasks)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -182,7 +189,8 @@ class Hub:
         elif kind == b"H":
             worker.index = int(payload.decode())
         elif kind == b"G":
-            task = asyncio.create_task(self._gather(worker, payload[:_ID.size]))
+            max_age = int.from_bytes(payload[_ID.size:_ID.size + 4] or b"\0", "big") / 1000
+            task = asyncio.create_task(self._gather(worker, payload[:_ID.size], max_age))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif kind == b"M":
@@ -197,7 +205,20 @@ class Hub:
         else:
             self.bad_frames += 1
 
-    async def _gather(self, asking: _Worker, request_id: bytes) -> None:
+    async def _gather(self, asking: _Worker, request_id: bytes, max_age: float) -> None:
+        """The merged metrics to ``asking``: a merge done at most ``max_age`` seconds ago,
+        else a new one (asks that come while it runs share it)."""
+        merge = self._merge
+        if merge is None or (merge.done() and self.clock() - self._merged_at > max_age):
+            merge = self._merge = asyncio.ensure_future(self._merge_all())
+        try:
+            merged = await asyncio.shield(merge)
+        except ValueError:  # a text that does not parse: the asking worker times out
+            self._merge = None
+            return
+        asking.send(frame(b"A", request_id + merged))
+
+    async def _merge_all(self) -> bytes:
         gather_id = next(self._ids)
         gather = _Gather(set(self.workers))
         self._gathers[gather_id] = gather
@@ -210,7 +231,8 @@ class Hub:
         finally:
             del self._gathers[gather_id]
         merged = await asyncio.to_thread(merge_expositions, gather.texts)
-        asking.send(frame(b"A", request_id + merged))
+        self._merged_at = self.clock()
+        return merged
 
 
 # -- a worker's side -----------------------------------------------------------------
@@ -287,20 +309,26 @@ class LocalSync(SharedRouting):
         for answer in self._answers.values():
             answer.cancel()
 
-    async def gather_metrics(self) -> bytes | None:
-        """Every worker's metrics, merged by the hub; None without a hub."""
+    async def gather_metrics(self, max_age: float = 0.0) -> bytes | None:
+        """Every worker's metrics, merged by the hub (a merge at most ``max_age`` seconds
+        old); None without a hub."""
         if not self.up or self._writer is None:
             return None
         request_id = next(self._ids) & 0xFFFF_FFFF
         answer = asyncio.get_running_loop().create_future()
         self._answers[request_id] = answer
         try:
-            self._writer.write(frame(b"G", _ID.pack(request_id)))
+            self._writer.write(frame(b"G", _ID.pack(request_id)
+                                     + _ID.pack(min(int(max_age * 1000), 0xFFFF_FFFF))))
             return await asyncio.wait_for(answer, GATHER_SECONDS + 1.0)
         except (TimeoutError, OSError, RuntimeError):
             return None
         finally:
             self._answers.pop(request_id, None)
+
+    async def sampled_metrics(self) -> bytes | None:
+        """For the ops sampler: a merge up to ``SAMPLER_MAX_AGE_SECONDS`` old will do."""
+        return await self.gather_metrics(SAMPLER_MAX_AGE_SECONDS)
 
     async def _send(self, batch: list[Routed | Load]) -> None:
         if self._writer is None:

@@ -6,14 +6,25 @@ gateway's own; this loop only collects the registry (no I/O) every
 ``interval`` seconds. ``start`` takes the first sample at once, so the
 series at start-up are the baseline of the "since start" figures. The loop
 is a task owned by the app's lifespan and stops on ``aclose``.
+
+With several workers (``--workers N``) the source is every worker's metrics,
+merged by the supervisor's hub (``merged``: ``gateway.fleet.local``), so
+whichever worker answers the ops view shows the whole gateway; the page's
+"now" is then the latest sample (at most ``interval`` old), and a sample the
+hub cannot give is skipped (this worker's own series alone would read as a
+fall of every total). A worker that restarts starts its counters at zero:
+that one sample reads as a reset, as ``rate`` would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
@@ -25,27 +36,47 @@ log = logging.getLogger("prefixgate.ops")
 
 class OpsSampler:
     def __init__(self, pool: ReplicaPool, registry: CollectorRegistry, stats: OpsStats,
-                 load: GatewayLoad | None = None) -> None:
+                 load: GatewayLoad | None = None,
+                 merged: Callable[[], Awaitable[bytes | None]] | None = None) -> None:
         self.pool = pool
         self.registry = registry
         self.stats = stats
         self.load = load or GatewayLoad(stats.clock, stats.window)
         """The gateway's own load (``gateway.ops.load``), sampled with the replicas."""
+        self.merged = merged
+        """Every worker's metrics merged (several workers), or None: this registry."""
+        self._latest: tuple[list[ReplicaReading], LoadReading] | None = None
         self._task: asyncio.Task[None] | None = None
 
     def readings(self) -> tuple[list[ReplicaReading], LoadReading]:
-        """The replicas' readings and the gateway's own, from one collection."""
-        collected = list(self.registry.collect())
+        """The replicas' readings and the gateway's own, from one collection (with
+        several workers: the latest sample of them all)."""
+        if self.merged is not None and self._latest is not None:
+            return self._latest
+        return self._read(list(self.registry.collect()))
+
+    def _read(self, collected: list[Metric]) -> tuple[list[ReplicaReading], LoadReading]:
         return (read_registry(collected, (replica.id for replica in self.pool)),
                 read_load(collected))
 
-    def _sample(self) -> None:
-        replicas, load = self.readings()
+    def _sample(self, collected: list[Metric] | None = None) -> None:
+        replicas, load = self._read(collected) if collected is not None else self.readings()
+        self._latest = replicas, load
         self.stats.sample(replicas)
         self.load.sample(load)
 
+    async def _sample_merged(self) -> None:
+        assert self.merged is not None
+        text = await self.merged()
+        if text is None:
+            return  # the hub did not answer: no sample rather than a false fall
+        collected = await asyncio.to_thread(
+            lambda: list(text_string_to_metric_families(text.decode())))
+        self._sample(collected)
+
     def start(self) -> None:
-        self._sample()
+        if self.merged is None:
+            self._sample()
         self._task = asyncio.create_task(self._loop(), name="ops-sampler")
 
     async def aclose(self) -> None:
@@ -53,9 +84,14 @@ class OpsSampler:
         await cancel(task)
 
     async def _loop(self) -> None:
+        wait = 0.0 if self.merged is not None else self.stats.interval
         while True:
-            await asyncio.sleep(self.stats.interval)
+            await asyncio.sleep(wait)
+            wait = self.stats.interval
             try:
-                self._sample()
+                if self.merged is not None:
+                    await self._sample_merged()
+                else:
+                    self._sample()
             except Exception:  # a bad reading must not end the ops view for good
                 log.exception("ops sample failed")

@@ -104,7 +104,10 @@ class OpsView:
         readings, load = self.sampler.readings()
         by_id = {s.replica_id: s for s in self.stats.stats(readings)}
         tokenizers = self.tokenizer_provider()
-        replicas = [self._replica(r, by_id[r.id], now, tokenizers) for r in self.pool]
+        # The readings' in-flight count: every worker's requests with several workers.
+        inflight = {reading.replica_id: reading.inflight for reading in readings}
+        replicas = [self._replica(r, by_id[r.id], now, tokenizers, inflight.get(r.id))
+                    for r in self.pool]
         lint = sorted(self.lint_provider(), key=lambda f: (-f.count, f.kind))
         drift = sorted(self.drift_provider(), key=lambda e: -e.at)
         wall = self.wall_clock()
@@ -130,7 +133,8 @@ class OpsView:
         }
 
     def _replica(self, replica: Replica, stats: ReplicaStats, now: float,
-                 tokenizers: Mapping[str, Mapping[str, str | None]]) -> dict[str, Any]:
+                 tokenizers: Mapping[str, Mapping[str, str | None]],
+                 inflight: int | None = None) -> dict[str, Any]:
         m = replica.metrics
         block_size = replica.block_size(self.pool.default_block_size)
         capacity = replica.capacity_blocks or None
@@ -144,7 +148,7 @@ class OpsView:
             else None,
             "kind": replica.spec.kind,
             "healthy": replica.healthy,
-            "inflight": replica.inflight,
+            "inflight": replica.inflight if inflight is None else inflight,
             **_pending(self.pool, replica),
             "running": m.running,
             "waiting": m.waiting,

@@ -125,7 +125,8 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         state = GatewayState(live, pool, decider, proxy, metrics, hashers, preparing,
                              redis_status=fleet.status if fleet is not None else None,
                              workers=siblings)
-        ops_sampler = OpsSampler(pool, metrics.registry, OpsStats())
+        ops_sampler = OpsSampler(pool, metrics.registry, OpsStats(),
+                                 merged=siblings.sampled_metrics if siblings is not None else None)
         ops_view = build_ops_view(pool, policy, ops_sampler, lint, hashers, fleet)
         discovery = build_discovery(live, pool, transports, resolver)
 

@@ -112,6 +112,12 @@ def test_one_scrape_shows_every_worker(gateway: GatewayProcess) -> None:
     assert loop_lag == {"0", "1"}
     # each family is whole (one HELP), as Prometheus requires
     assert text.count("# HELP prefixgate_requests_total ") == 1
+    # The ops view, whichever worker answers it, counts both workers' requests.
+    def ops_requests() -> float:
+        payload = httpx.get(gateway.url + "/admin/replicas", timeout=10).json()
+        return sum(replica["requests_total"] for replica in payload["replicas"])
+    served = sum(worker_counts(gateway).values())
+    wait_until(lambda: ops_requests() == served, 20, "the ops view counts every worker's")
     ready = httpx.get(gateway.url + "/ready", timeout=5).json()
     assert ready["ready"] is True and ready["worker"]["up"] is True
     assert ready["worker"]["peers"] == 1
