@@ -53,6 +53,14 @@ class Policy(Protocol):
         state, ``gateway.fleet.sync``): as ``prefilled``, at ``now`` on this policy's clock."""
         ...
 
+    def learn_remote_pending(self, replica_id: str, block_hashes: Sequence[int],
+                             pending: bool) -> None:
+        """Another worker of this gateway sent a request holding these blocks to
+        ``replica_id`` (``pending``), or it will never be prefilled there (not
+        ``pending``; one that is comes as ``learn_remote``): ``sent`` and ``abandoned``
+        of a sibling (``gateway.fleet.local``)."""
+        ...
+
     def indexed_blocks(self, replica_id: str) -> int | None:
         """Blocks the policy's prefix index holds for the replica; None without an index."""
         ...
@@ -105,6 +113,10 @@ class LoadOnly:
 
     def learn_remote(self, replica_id: str, block_hashes: Sequence[int],
                      session_key: str | None, now: float) -> None:
+        return None
+
+    def learn_remote_pending(self, replica_id: str, block_hashes: Sequence[int],
+                             pending: bool) -> None:
         return None
 
     def indexed_blocks(self, replica_id: str) -> int | None:

@@ -23,7 +23,10 @@ Algorithm, per request:
 4. ``forget_replica``: the replica went unhealthy; its index entries and
    sessions go (its pending prefixes leave with their own requests).
 5. ``learn_remote``: what ``prefilled`` learns, published by another gateway
-   instance (``gateway.fleet.sync``, shared routing state through Redis).
+   instance (``gateway.fleet.sync``, shared routing state through Redis) or
+   another worker of this gateway (``gateway.fleet.local``);
+   ``learn_remote_pending``: a sibling worker's ``sent`` and ``abandoned``, so
+   a burst split between workers follows one pending prefix.
 
 Why pending and confirmed are two states: learning a prompt only when its
 answer completes left a burst invisible (every request of a burst of one
@@ -191,6 +194,13 @@ class CacheAwarePolicy:
         self.index.record(replica_id, block_hashes, now)
         if self.config.session_affinity and session_key is not None:
             self.sessions.remember(session_key, replica_id, now)
+
+    def learn_remote_pending(self, replica_id: str, block_hashes: Sequence[int],
+                             pending: bool) -> None:
+        if pending:
+            self.pending.add(replica_id, block_hashes)
+        else:
+            self.pending.discard(replica_id, block_hashes)
 
     def forget_replica(self, replica_id: str) -> None:
         # Pending prefixes stay: the requests on their way there are still in flight,

@@ -10,7 +10,11 @@ Two things travel (``gateway.fleet.sync`` does the I/O):
     prompt with these KV blocks to the replica (what ``Policy.observe``
     learns), ``hashes`` packed as little-endian unsigned 64-bit integers;
   - ``[LOAD, {replica_id: in_flight}]``: the instance's own in-flight
-    requests per replica, sent when they change and as a heartbeat.
+    requests per replica, sent when they change and as a heartbeat;
+  - ``[PENDING, replica_id, hashes, on_its_way]``: between one gateway's
+    workers only (``gateway.fleet.local``), a request holding these blocks was
+    sent to the replica (true) or will never be prefilled there (false); one
+    that is comes as ``ROUTED``.
 
 * **The snapshot** (one key): msgpack ``{"v", "id", "at", "replicas",
   "sessions"}``: the stream id it covers, its unix write time, per replica
@@ -32,6 +36,7 @@ import msgpack
 VERSION = 1
 ROUTED = 0
 LOAD = 1
+PENDING = 2
 
 
 class BadPayload(ValueError):
@@ -51,9 +56,19 @@ class Load:
 
 
 @dataclass(frozen=True, slots=True)
+class Pending:
+    replica_id: str
+    block_hashes: tuple[int, ...]
+    on_its_way: bool
+
+
+Entry = Routed | Load | Pending
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     instance: str
-    entries: tuple[Routed | Load, ...]
+    entries: tuple[Entry, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +100,21 @@ def unpack_hashes(data: bytes) -> tuple[int, ...]:
     return struct.unpack(f"<{len(data) // 8}Q", data)
 
 
-def encode_batch(instance: str, entries: Sequence[Routed | Load]) -> bytes:
+def encode_batch(instance: str, entries: Sequence[Entry]) -> bytes:
     wire: list[list[object]] = []
     for entry in entries:
         if isinstance(entry, Routed):
             wire.append([ROUTED, entry.replica_id, pack_hashes(entry.block_hashes),
                          entry.session_key])
+        elif isinstance(entry, Pending):
+            wire.append([PENDING, entry.replica_id, pack_hashes(entry.block_hashes),
+                         entry.on_its_way])
         else:
             wire.append([LOAD, entry.inflight])
     return msgpack.packb([VERSION, instance, wire], use_bin_type=True)
 
 
-def _entry(item: object) -> Routed | Load:
+def _entry(item: object) -> Entry:
     if not isinstance(item, list) or not item:
         raise BadPayload("an entry must be a tagged list")
     if item[0] == ROUTED and len(item) == 4 and isinstance(item[1], str) \
@@ -105,6 +123,9 @@ def _entry(item: object) -> Routed | Load:
     if item[0] == LOAD and len(item) == 2 and isinstance(item[1], dict) \
             and all(isinstance(k, str) and isinstance(v, int) for k, v in item[1].items()):
         return Load(dict(item[1]))
+    if item[0] == PENDING and len(item) == 4 and isinstance(item[1], str) \
+            and isinstance(item[3], bool):
+        return Pending(item[1], unpack_hashes(item[2]), item[3])
     raise BadPayload(f"unknown entry {item[0]!r}")
 
 

@@ -44,6 +44,7 @@ from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
 from gateway.fleet.codec import (
     BadPayload,
+    Entry,
     Load,
     Routed,
     decode_batch,
@@ -270,6 +271,7 @@ class LocalSync(SharedRouting):
         self.path = path
         self.index = index
         self.share_routing = share_routing
+        self.shares_pending = share_routing  # siblings follow each other's bursts
         self.exposition = exposition
         """This worker's own ``/metrics`` text, for the hub's merge."""
         self._writer: asyncio.StreamWriter | None = None
@@ -330,7 +332,7 @@ class LocalSync(SharedRouting):
         """For the ops sampler: a merge up to ``SAMPLER_MAX_AGE_SECONDS`` old will do."""
         return await self.gather_metrics(SAMPLER_MAX_AGE_SECONDS)
 
-    async def _send(self, batch: list[Routed | Load]) -> None:
+    async def _send(self, batch: list[Entry]) -> None:
         if self._writer is None:
             raise ConnectionError("no hub")
         self._writer.write(frame(b"B", encode_batch(self.instance, batch)))

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.pool.replicas import ReplicaPool
-from gateway.fleet.codec import Load, Routed, Snapshot
+from gateway.fleet.codec import Entry, Load, Pending, Routed, Snapshot
 from gateway.fleet.journal import Journal
 from policies.base import Policy
 from policies.types import RouteRequest
@@ -62,6 +62,10 @@ class SharedRouting:
     """One instance's side of shared routing state; a carrier subclasses it and
     supplies ``_send`` (one batch to the others) and the reading."""
 
+    shares_pending = False
+    """Whether requests on their way (``sent``, ``abandoned``) travel too: between one
+    gateway's workers, a millisecond apart; not through Redis, where a batch is 5 ms and
+    a round trip behind, and older instances would not read the entry."""
     send_errors: tuple[type[BaseException], ...] = (OSError,)
     """What a failed ``_send`` raises: the batch is dropped and counted, the carrier down."""
 
@@ -77,7 +81,9 @@ class SharedRouting:
         """What was learned, kept for a snapshot (Redis); None where the other side keeps it."""
         self.up = False
         self.published = self.dropped = self.applied = self.bad_entries = 0
-        self._pending: deque[Routed] = deque()
+        self._pending: deque[Routed | Pending] = deque()
+        self._remote_pending: dict[str, Counter[tuple[str, tuple[int, ...]]]] = {}
+        """Per other instance, its requests on their way to a replica (``shares_pending``)."""
         self._wake = asyncio.Event()
         self._remote_load: dict[str, tuple[dict[str, int], float]] = {}
         self._sent_load: dict[str, int] | None = None
@@ -89,10 +95,23 @@ class SharedRouting:
         """Queue what the policy just learned for publishing (``FleetPublisher``)."""
         if not request.block_hashes and request.session_key is None:
             return  # a load-only policy's request: nothing to share
+        self._queue(Routed(replica_id, request.block_hashes, request.session_key))
+
+    def sent(self, request: RouteRequest, replica_id: str) -> None:
+        """A request is on its way to ``replica_id`` (with ``shares_pending``)."""
+        if self.shares_pending and request.block_hashes:
+            self._queue(Pending(replica_id, request.block_hashes, True))
+
+    def abandoned(self, request: RouteRequest, replica_id: str) -> None:
+        """It failed or was aborted there before its first token."""
+        if self.shares_pending and request.block_hashes:
+            self._queue(Pending(replica_id, request.block_hashes, False))
+
+    def _queue(self, entry: Routed | Pending) -> None:
         if len(self._pending) >= self.options.queue_entries:
             self.dropped += 1
             return
-        self._pending.append(Routed(replica_id, request.block_hashes, request.session_key))
+        self._pending.append(entry)
         if len(self._pending) == 1 or len(self._pending) >= self.options.batch_entries:
             self._wake.set()
 
@@ -108,7 +127,7 @@ class SharedRouting:
 
     # -- publishing --------------------------------------------------------------
 
-    async def _send(self, batch: list[Routed | Load]) -> None:
+    async def _send(self, batch: list[Entry]) -> None:
         raise NotImplementedError
 
     async def _after_publish(self, now: float) -> None:
@@ -128,11 +147,11 @@ class SharedRouting:
                 await self._publish(self._take(now), now)
             await self._after_publish(now)
 
-    def _take(self, now: float) -> list[Routed | Load]:
-        batch: list[Routed | Load] = []
+    def _take(self, now: float) -> list[Entry]:
+        batch: list[Entry] = []
         while self._pending and len(batch) < self.options.batch_entries:
             entry = self._pending.popleft()
-            if self.journal is not None:
+            if self.journal is not None and isinstance(entry, Routed):
                 self.journal.routed(entry.replica_id, entry.block_hashes, entry.session_key,
                                     now)
             batch.append(entry)
@@ -147,7 +166,7 @@ class SharedRouting:
         return self.up and (self._own_inflight() != self._sent_load
                             or now - self._sent_load_at >= self.options.heartbeat_seconds)
 
-    async def _publish(self, batch: list[Routed | Load], now: float) -> None:
+    async def _publish(self, batch: list[Entry], now: float) -> None:
         if not self.up:  # the reader is reconnecting (the journal, if any, kept the entries)
             self.dropped += sum(isinstance(entry, Routed) for entry in batch)
             return
@@ -168,6 +187,8 @@ class SharedRouting:
             self._forget_remote_load()
 
     def _forget_remote_load(self) -> None:
+        for instance in list(self._remote_pending):
+            self._settle_all(instance)
         if self._remote_load:
             self._remote_load.clear()
             self.pool.set_remote_inflight({})
@@ -185,7 +206,7 @@ class SharedRouting:
             if self._serves(replica_id):
                 self._learn(replica_id, (), session_key, now - behind - age)
 
-    def _apply_batch(self, instance: str, entries: tuple[Routed | Load, ...],
+    def _apply_batch(self, instance: str, entries: tuple[Entry, ...],
                      live: bool) -> None:
         now = self.clock()
         for entry in entries:
@@ -193,9 +214,41 @@ class SharedRouting:
                 if live:  # a gauge read from the backlog is stale
                     self._remote_load[instance] = (entry.inflight, now)
                     self.pool.set_remote_inflight(self.remote_inflight())
-            elif self._serves(entry.replica_id):
-                self._learn(entry.replica_id, entry.block_hashes, entry.session_key, now)
-                self.applied += 1
+                if not entry.inflight:  # nothing of it in flight: nothing on its way
+                    self._settle_all(instance)
+            elif isinstance(entry, Pending):
+                if entry.on_its_way:
+                    if live:
+                        self._remote_pending.setdefault(instance, Counter())[
+                            (entry.replica_id, entry.block_hashes)] += 1
+                        self.policy.learn_remote_pending(entry.replica_id, entry.block_hashes,
+                                                         True)
+                else:
+                    self._settle(instance, entry.replica_id, entry.block_hashes)
+            else:
+                self._settle(instance, entry.replica_id, entry.block_hashes)
+                if self._serves(entry.replica_id):
+                    self._learn(entry.replica_id, entry.block_hashes, entry.session_key, now)
+                    self.applied += 1
+
+    def _settle(self, instance: str, replica_id: str, block_hashes: tuple[int, ...]) -> None:
+        """One of ``instance``'s requests on its way is there, or never will be."""
+        on_its_way = self._remote_pending.get(instance)
+        key = (replica_id, block_hashes)
+        if on_its_way is None or key not in on_its_way:
+            return
+        on_its_way[key] -= 1
+        if not on_its_way[key]:
+            del on_its_way[key]
+        self.policy.learn_remote_pending(replica_id, block_hashes, False)
+
+    def _settle_all(self, instance: str) -> None:
+        """``instance`` has nothing in flight, or is gone: none of its requests is on its
+        way (a lost entry must not leave a prefix pending for good)."""
+        for (replica_id, block_hashes), count in self._remote_pending.pop(instance,
+                                                                          Counter()).items():
+            for _ in range(count):
+                self.policy.learn_remote_pending(replica_id, block_hashes, False)
 
     def _learn(self, replica_id: str, block_hashes: tuple[int, ...],
                session_key: str | None, now: float) -> None:
@@ -215,5 +268,6 @@ class SharedRouting:
         expired = [i for i, (_, heard) in self._remote_load.items() if heard < cutoff]
         for instance in expired:
             del self._remote_load[instance]
+            self._settle_all(instance)
         if expired:
             self.pool.set_remote_inflight(self.remote_inflight())

@@ -64,8 +64,8 @@ from engine.tasks import cancel
 from gateway.config import Settings
 from gateway.fleet.codec import (
     BadPayload,
+    Entry,
     Load,
-    Routed,
     Snapshot,
     decode_batch,
     decode_snapshot,
@@ -169,14 +169,14 @@ class FleetSync(SharedRouting):
 
     # -- publishing --------------------------------------------------------------
 
-    async def _send(self, batch: list[Routed | Load]) -> None:
+    async def _send(self, batch: list[Entry]) -> None:
         await self._xadd(batch)
 
     async def _after_publish(self, now: float) -> None:
         if self.synced and now - self._snapshot_at >= self.options.snapshot_seconds:
             await self._write_snapshot(now)
 
-    async def _xadd(self, batch: list[Routed | Load]) -> None:
+    async def _xadd(self, batch: list[Entry]) -> None:
         await self.redis.xadd(self.stream_key, {"b": encode_batch(self.instance, batch)},
                               maxlen=self.options.stream_maxlen, approximate=True)
 

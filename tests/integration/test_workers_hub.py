@@ -85,3 +85,28 @@ async def test_a_new_worker_starts_from_what_the_others_learned(hub: Hub) -> Non
     finally:
         await a.aclose()
         await a_pool.aclose()
+
+
+async def test_a_siblings_burst_is_followed_while_its_prefix_is_on_its_way(hub: Hub) -> None:
+    a, a_pool = await worker(hub, 0)
+    b, b_pool = await worker(hub, 1)
+    request = RouteRequest("m", PROMPT, len(PROMPT) * 16, 16)
+    try:
+        pending = b.policy.pending  # type: ignore[attr-defined]
+        a_pool.get("r1").inflight = 1  # its lease, held from before it is sent (the proxy)
+        a.sent(request, "r1")  # worker A sent the first request of a new prefix to r1
+        await eventually(lambda: pending.match(PROMPT) == {"r1": len(PROMPT)}, 5,
+                         "worker B sees the prefix on its way to r1")
+        assert b.policy.pick(request, b_pool.snapshot("m")).replica_id == "r1"
+        a.abandoned(request, "r1")
+        await eventually(lambda: pending.match(PROMPT) == {}, 5, "and no longer once dropped")
+        a_pool.get("r1").inflight, a_pool.get("r0").inflight = 0, 1
+        a.sent(request, "r0")
+        await eventually(lambda: pending.match(PROMPT) == {"r0": len(PROMPT)}, 5, "sent again")
+        await a.aclose()  # a worker that dies leaves nothing pending behind it
+        await eventually(lambda: pending.match(PROMPT) == {}, 5, "gone with its worker")
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await a_pool.aclose()
+        await b_pool.aclose()
