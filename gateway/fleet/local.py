@@ -6,13 +6,23 @@ socket in a private folder; each worker connects to it with a
 instances through Redis (``gateway.fleet.shared``), carried in-host:
 
 * **Batches.** A worker's batch (what its policy learned from a first byte,
-  its in-flight requests per replica) goes to the hub, which hands it at once
-  to every other worker and keeps what was learned in a bounded journal. The
-  flush interval is a millisecond, not Redis's five: a worker hears of a
-  sibling's prefix within about a millisecond of its first byte.
+  its in-flight requests per replica, and, here only, each request's way
+  there: sent, or failed before its first byte) goes to the hub, which hands
+  it at once to every other worker and keeps what was learned in a bounded
+  journal. The flush interval is a millisecond, not Redis's five: a sibling's
+  prefix is pending for a worker about a millisecond after it was sent, so a
+  burst of one new prefix split between workers follows its first request.
 * **Start.** A worker that connects (the first ones, or one that replaced a
   worker that died) gets the journal as a snapshot first, so a restarted
   worker starts from what the others know.
+* **Claims.** Two workers taking the first requests of a burst of one new
+  prefix at the same moment (the kernel splits the connections) would each
+  place it before hearing of the other. So a worker about to send a prompt
+  that no replica holds or awaits asks the hub first: the first worker's
+  choice for that prefix (its first KV block) stands for ``CLAIM_SECONDS``,
+  and every other worker sends there too. It costs a round trip of a few
+  hundred microseconds, only on such prompts; past ``CLAIM_WAIT_SECONDS``
+  without an answer the worker keeps its own choice.
 * **A worker that goes.** Its connection closes; the hub tells the others
   that its in-flight count is zero (they stop adding its requests at once).
 * **Metrics.** ``/metrics`` lands on whichever worker accepted the
@@ -22,7 +32,8 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
 
 Frames on the socket: one kind byte, a 4-byte big-endian length, the
 payload. ``H`` hello (the worker's index), ``B`` a batch
-(``gateway.fleet.codec``), ``S`` the snapshot, ``G`` a worker asks for the
+(``gateway.fleet.codec``), ``S`` the snapshot, ``C`` a worker's claim (claim id, the prefix's 8 bytes, its replica), ``K``
+the hub's answer (claim id, the replica that stands), ``G`` a worker asks for the
 merged metrics (a 4-byte request id, the oldest merge it takes in milliseconds), ``Q`` the hub asks a worker for its own
 (a 4-byte gather id), ``M`` a worker's answer (gather id, text), ``A`` the
 merged text (request id, text).
@@ -37,6 +48,7 @@ import logging
 import os
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -64,6 +76,12 @@ LOCAL_OPTIONS = FleetOptions(flush_seconds=0.001, load_tick_seconds=0.02,
                              startup_sync_seconds=3.0)
 """In-host: a batch leaves within a millisecond, in-flight counts every 20 ms."""
 
+CLAIM_SECONDS = 2.0
+"""How long a worker's choice for a new prefix stands: past its first byte the others
+have learned where it is (a first byte takes longer only on a replica far behind)."""
+CLAIM_WAIT_SECONDS = 0.02
+"""A worker waits this long for the hub's answer to a claim, then keeps its choice."""
+MAX_CLAIMS = 100_000
 MAX_FRAME = 64 << 20
 GATHER_SECONDS = 2.0
 """How long the hub waits for the workers' expositions (a stuck one is left out)."""
@@ -75,6 +93,7 @@ WRITE_BUFFER_LIMIT = 16 << 20
 
 _HEADER = struct.Struct(">cI")
 _ID = struct.Struct(">I")
+_CLAIM = struct.Struct(">IQ")
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
@@ -127,6 +146,8 @@ class Hub:
         self.relayed = self.bad_frames = 0
         self._gathers: dict[int, _Gather] = {}
         self._ids = itertools.count(1)
+        self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        """New prefixes' first choices, oldest first: prefix -> (replica, when)."""
         self._merge: asyncio.Future[bytes] | None = None
         self._merged_at = float("-inf")
         self._server: asyncio.AbstractServer | None = None
@@ -187,6 +208,10 @@ class Hub:
                 if other is not worker:
                     other.send(data)
             self.relayed += 1
+        elif kind == b"C":
+            claim_id, prefix = _CLAIM.unpack_from(payload)
+            worker.send(frame(b"K", _ID.pack(claim_id) + self.claim(
+                prefix, payload[_CLAIM.size:].decode(errors="replace")).encode()))
         elif kind == b"H":
             worker.index = int(payload.decode())
         elif kind == b"G":
@@ -205,6 +230,20 @@ class Hub:
                     gather.done.set()
         else:
             self.bad_frames += 1
+
+    def claim(self, prefix: int, replica_id: str) -> str:
+        """The replica that stands for a new prefix: the first claimed within
+        ``CLAIM_SECONDS``, else ``replica_id`` (which now stands)."""
+        now = self.clock()
+        claims = self._claims
+        while claims and (len(claims) > MAX_CLAIMS
+                          or next(iter(claims.values()))[1] < now - CLAIM_SECONDS):
+            claims.popitem(last=False)
+        held = claims.get(prefix)
+        if held is not None:
+            return held[0]
+        claims[prefix] = (replica_id, now)
+        return replica_id
 
     async def _gather(self, asking: _Worker, request_id: bytes, max_age: float) -> None:
         """The merged metrics to ``asking``: a merge done at most ``max_age`` seconds ago,
@@ -276,6 +315,7 @@ class LocalSync(SharedRouting):
         """This worker's own ``/metrics`` text, for the hub's merge."""
         self._writer: asyncio.StreamWriter | None = None
         self._answers: dict[int, asyncio.Future[bytes]] = {}
+        self.claims = self.claims_followed = 0
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -328,6 +368,27 @@ class LocalSync(SharedRouting):
         finally:
             self._answers.pop(request_id, None)
 
+    async def claim(self, prefix: int, replica_id: str) -> str:
+        """Where a prefix no replica holds or awaits goes (the hub's first choice for it);
+        ``replica_id`` without a hub, with Redis sharing, or past ``CLAIM_WAIT_SECONDS``."""
+        if not self.share_routing or not self.up or self._writer is None:
+            return replica_id
+        claim_id = next(self._ids) & 0xFFFF_FFFF
+        answer = asyncio.get_running_loop().create_future()
+        self._answers[claim_id] = answer
+        self.claims += 1
+        try:
+            self._writer.write(frame(b"C", _CLAIM.pack(claim_id, prefix & 0xFFFF_FFFF_FFFF_FFFF)
+                                     + replica_id.encode()))
+            claimed = (await asyncio.wait_for(answer, CLAIM_WAIT_SECONDS)).decode()
+        except (TimeoutError, OSError, RuntimeError):
+            return replica_id
+        finally:
+            self._answers.pop(claim_id, None)
+        if claimed != replica_id:
+            self.claims_followed += 1
+        return claimed
+
     async def sampled_metrics(self) -> bytes | None:
         """For the ops sampler: a merge up to ``SAMPLER_MAX_AGE_SECONDS`` old will do."""
         return await self.gather_metrics(SAMPLER_MAX_AGE_SECONDS)
@@ -353,7 +414,7 @@ class LocalSync(SharedRouting):
                 elif kind == b"Q" and self._writer is not None:
                     text = self.exposition()  # on the loop, as a scrape reads the state
                     self._writer.write(frame(b"M", payload[:_ID.size] + text))
-                elif kind == b"A":
+                elif kind in (b"A", b"K"):
                     (request_id,) = _ID.unpack(payload[:_ID.size])
                     answer = self._answers.get(request_id)
                     if answer is not None and not answer.done():

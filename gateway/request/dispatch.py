@@ -27,6 +27,7 @@ had it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from urllib.parse import quote
 
@@ -98,8 +99,18 @@ class Dispatcher:
 
     async def _by_prefix(self, exchange: Exchange) -> None:
         state = self.state
-        exchange.request = await state.describe(exchange)
-        exchange.decision = state.decider.decide(exchange.request)
+        exchange.request = request = await state.describe(exchange)
+        decision = state.decider.decide(request)
+        if state.workers is not None and request.block_hashes \
+                and not any(decision.matched_blocks.values()):
+            # A prefix new everywhere: two workers taking its burst's first requests at
+            # once would each place it; the first to choose wins (gateway.fleet.local).
+            claimed = await state.workers.claim(request.block_hashes[0], decision.replica_id)
+            if claimed != decision.replica_id and claimed in decision.order:
+                decision = dataclasses.replace(
+                    decision, replica_id=claimed,
+                    fallbacks=tuple(r for r in decision.order if r != claimed))
+        exchange.decision = decision
 
     def _by_load(self, exchange: Exchange) -> Decision:
         model = exchange.model

@@ -35,6 +35,11 @@ class WorkerView(Protocol):
         """Every worker's ``/metrics``, merged; None when the others cannot be asked."""
         ...
 
+    async def claim(self, prefix: int, replica_id: str) -> str:
+        """Where a prefix no replica holds or awaits goes: ``replica_id``, or the replica a
+        sibling chose for it a moment ago (the first choice wins)."""
+        ...
+
 
 class GatewayState:
     def __init__(self, settings: Settings, pool: ReplicaPool, decider: Decider, proxy: Proxy,

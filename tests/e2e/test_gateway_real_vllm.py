@@ -195,6 +195,39 @@ def test_precise_follows_kv_events_and_forgets_evictions(events_only_gateway: Ga
     assert int(again.headers["x-prefixgate-matched-tokens"]) == cached
 
 
+def test_two_workers_route_as_one_gateway_on_real_caches(vllm_pair: list[LocalReplica]) -> None:
+    """``--workers 2``: every request on a connection of its own, so either worker takes
+    it; a prompt's later requests find its prefix in the real replica's cache (vLLM's own
+    ``cached_tokens``) whichever worker placed the first."""
+    gw = GatewayProcess(gateway_settings(vllm_pair, VllmCpuSetup.locate(), workers=2))
+    try:
+        gw.start(timeout=120)
+        placed: dict[int, set[str]] = {}
+        cached: list[int] = []
+        for turn in range(4):
+            for app in range(4):
+                system = f"App {app} of the ACME group. " + SYSTEM
+                with client(gw) as fresh:
+                    raw = fresh.chat.completions.with_raw_response.create(
+                        model=MODEL, max_tokens=2,
+                        messages=[{"role": "system", "content": system},
+                                  {"role": "user", "content": f"Question {turn}?"}])
+                placed.setdefault(app, set()).add(raw.headers["x-prefixgate-replica"])
+                usage = raw.parse().usage
+                assert usage is not None and usage.prompt_tokens_details is not None
+                if turn:
+                    cached.append(usage.prompt_tokens_details.cached_tokens or 0)
+        assert all(len(replicas) == 1 for replicas in placed.values()), placed
+        assert min(cached) >= 128, cached
+        workers = {line.split('worker="')[1].split('"')[0]
+                   for line in httpx.get(gw.url + "/metrics", timeout=10).text.splitlines()
+                   if line.startswith("prefixgate_requests_total{") and 'status="200"' in line
+                   and not line.endswith(" 0.0")}
+        assert workers == {"0", "1"}  # both took requests: each followed the other's
+    finally:
+        gw.stop()
+
+
 def test_killed_replica_fails_over_then_rejoins(real_gateway: GatewayProcess,
                                                vllm_pair: list[LocalReplica]) -> None:
     c = client(real_gateway)

@@ -110,3 +110,24 @@ async def test_a_siblings_burst_is_followed_while_its_prefix_is_on_its_way(hub: 
         await b.aclose()
         await a_pool.aclose()
         await b_pool.aclose()
+
+
+async def test_the_first_workers_choice_for_a_new_prefix_stands(tmp_path: Path) -> None:
+    now = [100.0]
+    hub = Hub(str(tmp_path / "claims.sock"), clock=lambda: now[0])
+    await hub.start()
+    a, a_pool = await worker(hub, 0)
+    b, b_pool = await worker(hub, 1)
+    try:
+        assert await a.claim(PROMPT[0], "r1") == "r1"
+        assert await b.claim(PROMPT[0], "r0") == "r1"  # B follows A's placement
+        assert await b.claim(PROMPT[1], "r0") == "r0"  # another prefix: B's own choice
+        now[0] += 2.5  # long after: the prefix is learned, or no longer worth following
+        assert await b.claim(PROMPT[0], "r0") == "r0"
+        assert (b.claims, b.claims_followed) == (3, 1)
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await a_pool.aclose()
+        await b_pool.aclose()
+        await hub.aclose()
