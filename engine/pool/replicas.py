@@ -321,6 +321,25 @@ class ReplicaPool:
             lease.replica.prefill.settle(lease.ticket, self._clock(), PREFILL_SECONDS_PER_TOKEN,
                                          confirmed)
 
+    def remote_sent(self, replica_id: str, prefill_tokens: int) -> int | None:
+        """Another worker of this gateway sent a request with ``prefill_tokens`` to
+        prefill to the replica: it joins this pool's view of the replica's prefill queue
+        (its ticket; None for a replica this pool does not know). Its in-flight count
+        comes with the worker's load (``set_remote_inflight``)."""
+        replica = self._replicas.get(replica_id)
+        if replica is None:
+            return None
+        ticket, _ = replica.prefill.add(prefill_tokens, self._clock(),
+                                        PREFILL_SECONDS_PER_TOKEN)
+        return ticket
+
+    def remote_settled(self, replica_id: str, ticket: int, confirmed: bool) -> None:
+        """That request's first byte came (``confirmed``), or it left without one."""
+        replica = self._replicas.get(replica_id)
+        if replica is not None:
+            replica.prefill.settle(ticket, self._clock(), PREFILL_SECONDS_PER_TOKEN,
+                                   confirmed)
+
     def set_remote_inflight(self, counts: Mapping[str, int]) -> None:
         """Other gateway instances' in-flight requests per replica (absent: none); the
         load a policy sees is this plus the pool's own leases."""

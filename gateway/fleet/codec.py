@@ -11,10 +11,10 @@ Two things travel (``gateway.fleet.sync`` does the I/O):
     learns), ``hashes`` packed as little-endian unsigned 64-bit integers;
   - ``[LOAD, {replica_id: in_flight}]``: the instance's own in-flight
     requests per replica, sent when they change and as a heartbeat;
-  - ``[PENDING, replica_id, hashes, on_its_way]``: between one gateway's
-    workers only (``gateway.fleet.local``), a request holding these blocks was
-    sent to the replica (true) or will never be prefilled there (false); one
-    that is comes as ``ROUTED``.
+  - ``[PENDING, replica_id, hashes, on_its_way, tokens]``: between one
+    gateway's workers only (``gateway.fleet.local``), a request holding these
+    blocks, with ``tokens`` to prefill there, was sent to the replica (true) or
+    will never be prefilled there (false); one that is comes as ``ROUTED``.
 
 * **The snapshot** (one key): msgpack ``{"v", "id", "at", "replicas",
   "sessions"}``: the stream id it covers, its unix write time, per replica
@@ -60,6 +60,8 @@ class Pending:
     replica_id: str
     block_hashes: tuple[int, ...]
     on_its_way: bool
+    tokens: int = 0
+    """Prompt tokens it must prefill there (its uncached part, as predicted)."""
 
 
 Entry = Routed | Load | Pending
@@ -108,7 +110,7 @@ def encode_batch(instance: str, entries: Sequence[Entry]) -> bytes:
                          entry.session_key])
         elif isinstance(entry, Pending):
             wire.append([PENDING, entry.replica_id, pack_hashes(entry.block_hashes),
-                         entry.on_its_way])
+                         entry.on_its_way, entry.tokens])
         else:
             wire.append([LOAD, entry.inflight])
     return msgpack.packb([VERSION, instance, wire], use_bin_type=True)
@@ -123,9 +125,9 @@ def _entry(item: object) -> Entry:
     if item[0] == LOAD and len(item) == 2 and isinstance(item[1], dict) \
             and all(isinstance(k, str) and isinstance(v, int) for k, v in item[1].items()):
         return Load(dict(item[1]))
-    if item[0] == PENDING and len(item) == 4 and isinstance(item[1], str) \
-            and isinstance(item[3], bool):
-        return Pending(item[1], unpack_hashes(item[2]), item[3])
+    if item[0] == PENDING and len(item) == 5 and isinstance(item[1], str) \
+            and isinstance(item[3], bool) and isinstance(item[4], int):
+        return Pending(item[1], unpack_hashes(item[2]), item[3], item[4])
     raise BadPayload(f"unknown entry {item[0]!r}")
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.fleet.local import LocalSync
 from gateway.fleet.sync import FleetSync
 
 
@@ -62,3 +63,28 @@ class FleetCollector(Collector):
 def fleet_collectors(fleet: FleetSync | None) -> list[Collector]:
     """What ``GatewayMetrics.register`` takes for the shared routing state."""
     return [] if fleet is None else [FleetCollector(fleet)]
+
+
+class WorkersCollector(Collector):
+    """One worker of several (``--workers N``, ``gateway.fleet.local``)."""
+
+    def __init__(self, siblings: LocalSync) -> None:
+        self.siblings = siblings
+
+    def collect(self) -> Iterator[Metric]:
+        siblings = self.siblings
+        yield GaugeMetricFamily("prefixgate_workers_hub_up",
+                                "1 while this worker is connected to the supervisor's hub "
+                                "(routing state shared with the other workers), else 0.",
+                                value=1.0 if siblings.up else 0.0)
+        yield CounterMetricFamily("prefixgate_workers_claims",
+                                  "Prompts new to every replica that this worker claimed at "
+                                  "the hub before sending.", value=siblings.claims)
+        yield CounterMetricFamily("prefixgate_workers_claims_followed",
+                                  "Of those, the ones another worker had placed a moment "
+                                  "before: sent where it sent them.",
+                                  value=siblings.claims_followed)
+
+
+def worker_collectors(siblings: LocalSync | None) -> list[Collector]:
+    return [] if siblings is None else [WorkersCollector(siblings)]

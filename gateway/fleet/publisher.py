@@ -24,7 +24,7 @@ class FleetPublisher(Silent):
 
     def on_sent(self, exchange: Exchange, replica_id: str) -> None:
         if exchange.request is not None and exchange.decision is not None:
-            self.fleet.sent(exchange.request, replica_id)
+            self.fleet.sent(exchange.request, replica_id, exchange.uncached_tokens(replica_id))
 
     def on_first_byte(self, exchange: Exchange, replica_id: str) -> None:
         if exchange.request is not None and exchange.decision is not None:

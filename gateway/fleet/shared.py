@@ -82,8 +82,9 @@ class SharedRouting:
         self.up = False
         self.published = self.dropped = self.applied = self.bad_entries = 0
         self._pending: deque[Routed | Pending] = deque()
-        self._remote_pending: dict[str, Counter[tuple[str, tuple[int, ...]]]] = {}
-        """Per other instance, its requests on their way to a replica (``shares_pending``)."""
+        self._remote_pending: dict[str, dict[tuple[str, tuple[int, ...]], deque[int]]] = {}
+        """Per other instance, its requests on their way to a replica (``shares_pending``):
+        their tickets in the replica's prefill queue, by replica and blocks."""
         self._wake = asyncio.Event()
         self._remote_load: dict[str, tuple[dict[str, int], float]] = {}
         self._sent_load: dict[str, int] | None = None
@@ -97,10 +98,11 @@ class SharedRouting:
             return  # a load-only policy's request: nothing to share
         self._queue(Routed(replica_id, request.block_hashes, request.session_key))
 
-    def sent(self, request: RouteRequest, replica_id: str) -> None:
-        """A request is on its way to ``replica_id`` (with ``shares_pending``)."""
+    def sent(self, request: RouteRequest, replica_id: str, tokens: int) -> None:
+        """A request with ``tokens`` to prefill is on its way to ``replica_id`` (with
+        ``shares_pending``)."""
         if self.shares_pending and request.block_hashes:
-            self._queue(Pending(replica_id, request.block_hashes, True))
+            self._queue(Pending(replica_id, request.block_hashes, True, tokens))
 
     def abandoned(self, request: RouteRequest, replica_id: str) -> None:
         """It failed or was aborted there before its first token."""
@@ -219,35 +221,47 @@ class SharedRouting:
             elif isinstance(entry, Pending):
                 if entry.on_its_way:
                     if live:
-                        self._remote_pending.setdefault(instance, Counter())[
-                            (entry.replica_id, entry.block_hashes)] += 1
-                        self.policy.learn_remote_pending(entry.replica_id, entry.block_hashes,
-                                                         True)
+                        self._on_its_way(instance, entry)
                 else:
-                    self._settle(instance, entry.replica_id, entry.block_hashes)
+                    self._settle(instance, entry.replica_id, entry.block_hashes, False)
             else:
-                self._settle(instance, entry.replica_id, entry.block_hashes)
+                self._settle(instance, entry.replica_id, entry.block_hashes, True)
                 if self._serves(entry.replica_id):
                     self._learn(entry.replica_id, entry.block_hashes, entry.session_key, now)
                     self.applied += 1
 
-    def _settle(self, instance: str, replica_id: str, block_hashes: tuple[int, ...]) -> None:
-        """One of ``instance``'s requests on its way is there, or never will be."""
+    def _on_its_way(self, instance: str, entry: Pending) -> None:
+        """A sibling's request is on its way: its prefix is pending for this worker's
+        policy, its prefill queued in this worker's view of the replica."""
+        ticket = self.pool.remote_sent(entry.replica_id, entry.tokens)
+        if ticket is None:
+            return  # a replica this worker does not know
+        self._remote_pending.setdefault(instance, {}).setdefault(
+            (entry.replica_id, entry.block_hashes), deque()).append(ticket)
+        self.policy.learn_remote_pending(entry.replica_id, entry.block_hashes, True)
+
+    def _settle(self, instance: str, replica_id: str, block_hashes: tuple[int, ...],
+                confirmed: bool) -> None:
+        """One of ``instance``'s requests on its way is there (``confirmed``: its first
+        byte came), or never will be."""
         on_its_way = self._remote_pending.get(instance)
         key = (replica_id, block_hashes)
-        if on_its_way is None or key not in on_its_way:
+        tickets = on_its_way.get(key) if on_its_way is not None else None
+        if not tickets:
             return
-        on_its_way[key] -= 1
-        if not on_its_way[key]:
+        assert on_its_way is not None
+        self.pool.remote_settled(replica_id, tickets.popleft(), confirmed)
+        if not tickets:
             del on_its_way[key]
         self.policy.learn_remote_pending(replica_id, block_hashes, False)
 
     def _settle_all(self, instance: str) -> None:
         """``instance`` has nothing in flight, or is gone: none of its requests is on its
-        way (a lost entry must not leave a prefix pending for good)."""
-        for (replica_id, block_hashes), count in self._remote_pending.pop(instance,
-                                                                          Counter()).items():
-            for _ in range(count):
+        way (a lost entry must not leave a prefix pending, or prefill queued, for good)."""
+        for (replica_id, block_hashes), tickets in self._remote_pending.pop(instance,
+                                                                            {}).items():
+            for ticket in tickets:
+                self.pool.remote_settled(replica_id, ticket, False)
                 self.policy.learn_remote_pending(replica_id, block_hashes, False)
 
     def _learn(self, replica_id: str, block_hashes: tuple[int, ...],

@@ -40,6 +40,7 @@ from gateway.auth.keys import KeyStore, watching
 from gateway.auth.shared import sharing
 from gateway.config import Settings
 from gateway.fleet.local import WorkerRole, siblings_of
+from gateway.fleet.metrics import worker_collectors
 from gateway.fleet.sync import fleet_of
 from gateway.lint.suggest import SUGGESTIONS
 from gateway.ops.load import LoadCollector
@@ -114,6 +115,7 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         live_lint = LiveLint(lint, metrics, preparing) if live.lint.enabled else None
         trace = build_trace(live.trace, policy.name)
         register_collectors(metrics, pool, hashers, lint, keys, fleet, trace)
+        metrics.register(*worker_collectors(siblings))
         metrics.register(LoadCollector(  # the gateway's own saturation (gateway.ops.load)
             lambda: preparing.count, drain.in_flight,
             live_lint.queued if live_lint is not None else None))

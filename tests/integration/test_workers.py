@@ -101,6 +101,9 @@ def test_a_prefix_stays_on_one_replica_whichever_worker_takes_it(
         dict(placed)
     assert len({replica for where in placed.values() for replica in where}) > 1  # spread
     assert min(matched_after_first) > 0
+    text = httpx.get(gateway.url + "/metrics", timeout=10).text
+    assert 'prefixgate_workers_hub_up{worker="0"} 1.0' in text
+    assert 'prefixgate_workers_hub_up{worker="1"} 1.0' in text
 
 
 def test_one_scrape_shows_every_worker(gateway: GatewayProcess) -> None:

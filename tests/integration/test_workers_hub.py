@@ -94,14 +94,18 @@ async def test_a_siblings_burst_is_followed_while_its_prefix_is_on_its_way(hub: 
     try:
         pending = b.policy.pending  # type: ignore[attr-defined]
         a_pool.get("r1").inflight = 1  # its lease, held from before it is sent (the proxy)
-        a.sent(request, "r1")  # worker A sent the first request of a new prefix to r1
+        a.sent(request, "r1", 192)  # worker A sent the first request of a new prefix to r1
         await eventually(lambda: pending.match(PROMPT) == {"r1": len(PROMPT)}, 5,
                          "worker B sees the prefix on its way to r1")
+        views = {view.id: view for view in b_pool.snapshot("m")}
+        assert (views["r1"].pending_requests, views["r0"].pending_requests) == (1, 0)
+        assert views["r1"].pending_prefill_tokens > 0  # its prefill, queued in B's view
         assert b.policy.pick(request, b_pool.snapshot("m")).replica_id == "r1"
         a.abandoned(request, "r1")
         await eventually(lambda: pending.match(PROMPT) == {}, 5, "and no longer once dropped")
+        assert b_pool.snapshot("m")[1].pending_requests == 0
         a_pool.get("r1").inflight, a_pool.get("r0").inflight = 0, 1
-        a.sent(request, "r0")
+        a.sent(request, "r0", 192)
         await eventually(lambda: pending.match(PROMPT) == {"r0": len(PROMPT)}, 5, "sent again")
         await a.aclose()  # a worker that dies leaves nothing pending behind it
         await eventually(lambda: pending.match(PROMPT) == {}, 5, "gone with its worker")
