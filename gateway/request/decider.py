@@ -39,7 +39,9 @@ class Decider:
                  for r in self.pool.serving(model) if r.healthy]
         return min(sizes) if sizes else self.pool.default_block_size
 
-    def decide(self, route_request: RouteRequest) -> Decision:
+    def decide(self, route_request: RouteRequest, counted: bool = True) -> Decision:
+        """The policy's decision on the pool's snapshot; ``counted``: timed and counted in
+        the metrics (a request's second look, after a claim, is not)."""
         snapshot = self.pool.snapshot(route_request.model)
         if not any(view.healthy for view in snapshot):
             raise NoHealthyReplica(
@@ -51,9 +53,10 @@ class Decider:
             decision = self.policy.pick(route_request, snapshot)
         except NoReplicaAvailable as exc:
             raise NoHealthyReplica(str(exc), headers={"retry-after": str(self.retry_after)}) from None
-        elapsed = self.clock() - start
-        self.metrics.decision_seconds.labels(self.policy.name).observe(elapsed)
-        self.metrics.decisions.labels(self.policy.name, decision.reason).inc()
+        if counted:
+            elapsed = self.clock() - start
+            self.metrics.decision_seconds.labels(self.policy.name).observe(elapsed)
+            self.metrics.decisions.labels(self.policy.name, decision.reason).inc()
         return decision
 
     # -- the request's lifecycle (gateway.request.lifecycle.RequestObserver) ------------

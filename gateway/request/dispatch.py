@@ -106,7 +106,12 @@ class Dispatcher:
             # A prefix new everywhere: two workers taking its burst's first requests at
             # once would each place it; the first to choose wins (gateway.fleet.local).
             claimed = await state.workers.claim(request.block_hashes[0], decision.replica_id)
-            if claimed != decision.replica_id and claimed in decision.order:
+            # Meanwhile this worker's earlier requests of the burst were sent, and the
+            # siblings' heard of: a prefix now on its way somewhere is decided by cost
+            # (follow it, or spill past a long queue), not by the claim.
+            decision = state.decider.decide(request, counted=False)
+            if not any(decision.matched_blocks.values()) and claimed != decision.replica_id \
+                    and claimed in decision.order:
                 decision = dataclasses.replace(
                     decision, replica_id=claimed,
                     fallbacks=tuple(r for r in decision.order if r != claimed))
