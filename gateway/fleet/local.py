@@ -58,6 +58,7 @@ from gateway.fleet.codec import (
     BadPayload,
     Entry,
     Load,
+    Pending,
     Routed,
     decode_batch,
     decode_snapshot,
@@ -315,7 +316,7 @@ class LocalSync(SharedRouting):
         """This worker's own ``/metrics`` text, for the hub's merge."""
         self._writer: asyncio.StreamWriter | None = None
         self._answers: dict[int, asyncio.Future[bytes]] = {}
-        self.claims = self.claims_followed = 0
+        self.claims = self.claims_followed = self.claims_unanswered = 0
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -382,6 +383,7 @@ class LocalSync(SharedRouting):
                                      + replica_id.encode()))
             claimed = (await asyncio.wait_for(answer, CLAIM_WAIT_SECONDS)).decode()
         except (TimeoutError, OSError, RuntimeError):
+            self.claims_unanswered += 1
             return replica_id
         finally:
             self._answers.pop(claim_id, None)
@@ -392,6 +394,19 @@ class LocalSync(SharedRouting):
     async def sampled_metrics(self) -> bytes | None:
         """For the ops sampler: a merge up to ``SAMPLER_MAX_AGE_SECONDS`` old will do."""
         return await self.gather_metrics(SAMPLER_MAX_AGE_SECONDS)
+
+    def _queue(self, entry: Routed | Pending) -> None:
+        """Out at once, not after a flush interval: in a burst the siblings decide in the
+        same milliseconds, and a request they hear of late is one they place blind (a
+        write is a copy into the socket's buffer; the queue keeps the order when it
+        holds anything, or when the hub is not reading)."""
+        writer = self._writer
+        if self.up and writer is not None and not self._pending and not writer.is_closing() \
+                and writer.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
+            writer.write(frame(b"B", encode_batch(self.instance, [entry])))
+            self.published += isinstance(entry, Routed)
+            return
+        super()._queue(entry)
 
     async def _send(self, batch: list[Entry]) -> None:
         if self._writer is None:

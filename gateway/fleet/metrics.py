@@ -84,6 +84,10 @@ class WorkersCollector(Collector):
                                   "Of those, the ones another worker had placed a moment "
                                   "before: sent where it sent them.",
                                   value=siblings.claims_followed)
+        yield CounterMetricFamily("prefixgate_workers_claims_unanswered",
+                                  "Claims the hub did not answer in time (the worker kept its "
+                                  "own choice): the hub or this worker's loop is behind.",
+                                  value=siblings.claims_unanswered)
 
 
 def worker_collectors(siblings: LocalSync | None) -> list[Collector]:
