@@ -433,9 +433,9 @@ class Settings(Strict):
     workers: int | Literal["auto"] = "auto"
     """Serving processes on the one port (``gateway.server.workers``), routing as one
     gateway: a number (1 .. 64), or ``auto``: half the cores this process may use
-    (its CPU affinity and cgroup quota), at least 1, and 1 whenever something in the
-    settings holds state a second process would not share (an in-process replica, a
-    trace file, client keys without ``redis_url``)."""
+    (its CPU affinity and cgroup quota), at least 1; 1 beside the embedded replicas,
+    and whenever something in the settings holds state a second process would not
+    share (an in-process replica, a trace file, client keys without ``redis_url``)."""
     policy: str = "auto"
     """A policy name, or ``auto``: ``precise`` when every replica publishes KV events
     (``kv_events`` set, or in-process), else ``prefix``."""

@@ -166,14 +166,15 @@ def main(argv: Sequence[str]) -> int:
     if unchecked:  # the names extra is missing: said once, here and in the linter's output
         logging.getLogger("prefixgate").warning("prompt linter: %s", unchecked)
     with contextlib.ExitStack() as stack:
-        if not settings.replicas and not settings.replicas_from:
+        embedded = not settings.replicas and not settings.replicas_from
+        if embedded:
             try:
                 settings = _with_embedded(settings, args, stack)
             except EmbeddedUnavailable as exc:
                 print(f"prefixgate: {exc}", file=sys.stderr)
                 return 2
         try:
-            workers = resolve_workers(settings)
+            workers = resolve_workers(settings, embedded=embedded)
             app = create_app(settings)  # a wrong policy fails here, before any worker starts
         except ValueError as exc:
             print(f"prefixgate: {exc}", file=sys.stderr)

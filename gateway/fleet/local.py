@@ -177,8 +177,9 @@ class Hub:
             while True:
                 kind, payload = await read_frame(reader)
                 self._handle(worker, kind, payload)
-        except (asyncio.IncompleteReadError, ConnectionError, BadPayload):
-            pass
+        except (asyncio.IncompleteReadError, ConnectionError, BadPayload, ValueError,
+                struct.error):
+            pass  # gone, or not one of ours: its connection ends
         finally:
             self.workers.discard(worker)
             writer.close()

@@ -29,9 +29,10 @@ With ``workers`` above 1 the ``serve`` process becomes a supervisor:
 
 ``workers: auto`` (the default) is half the cores this process may use (its
 CPU affinity and its cgroup's CPU quota), at least 1: a worker's tokenizing
-and linting threads need room beside its loop. It is 1 when the settings
-hold state a second process would not share; asking for more than one then
-is an error that says why (:func:`single_process_reasons`).
+and linting threads need room beside its loop. It is 1 beside the embedded
+replicas (they take the machine's cores), and 1 when the settings hold state
+a second process would not share; asking for more than one then is an error
+that says why (:func:`single_process_reasons`).
 """
 
 from __future__ import annotations
@@ -83,12 +84,16 @@ def single_process_reasons(settings: Settings) -> list[str]:
     return reasons
 
 
-def resolve_workers(settings: Settings, cores: int | None = None) -> int:
-    """How many workers the settings ask for (``auto`` resolved); ValueError when more
-    than one is asked for and cannot be."""
+def resolve_workers(settings: Settings, cores: int | None = None,
+                    embedded: bool = False) -> int:
+    """How many workers the settings ask for (``auto`` resolved: 1 beside ``embedded``
+    replicas, which take this machine's cores); ValueError when more than one is asked
+    for and cannot be."""
     reasons = single_process_reasons(settings)
     if settings.workers == "auto":
-        return 1 if reasons else max(1, (cores or available_cores()) // 2)
+        if reasons or embedded:
+            return 1
+        return max(1, (cores or available_cores()) // 2)
     if settings.workers > 1 and reasons:
         raise ValueError(f"workers: {settings.workers} needs one process here: "
                          + "; ".join(reasons))

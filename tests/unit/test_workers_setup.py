@@ -24,6 +24,8 @@ def test_auto_is_half_the_cores_and_at_least_one() -> None:
     assert resolve_workers(settings(), cores=1) == 1
     assert resolve_workers(settings(), cores=16) == 8
     assert resolve_workers(settings(workers=3), cores=2) == 3  # asked for: given
+    assert resolve_workers(settings(), cores=16, embedded=True) == 1  # they take the cores
+    assert resolve_workers(settings(workers=2), cores=16, embedded=True) == 2
 
 
 @pytest.mark.parametrize("extra, reason", [
