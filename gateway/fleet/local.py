@@ -52,6 +52,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgpack
+
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
 from gateway.fleet.codec import (
@@ -68,6 +70,7 @@ from gateway.fleet.codec import (
 from gateway.fleet.journal import Journal
 from gateway.fleet.shared import FleetOptions, SharedRouting
 from gateway.ops.worker_metrics import merge_expositions
+from gateway.ops.worker_readings import Readings, merge_readings
 from policies.base import Policy
 
 log = logging.getLogger("prefixgate.workers")
@@ -86,6 +89,10 @@ MAX_CLAIMS = 100_000
 MAX_FRAME = 64 << 20
 GATHER_SECONDS = 2.0
 """How long the hub waits for the workers' expositions (a stuck one is left out)."""
+METRICS = b"m"
+READINGS = b"r"
+"""What a gather collects: ``/metrics`` texts, merged by the hub, or ops readings, added up
+by the asking worker."""
 SAMPLER_MAX_AGE_SECONDS = 1.0
 """A merge this young answers an ops sampler's ask (every worker's asks every 2 s: about
 one merge a second, however many workers); a scrape takes none older than itself."""
@@ -149,8 +156,8 @@ class Hub:
         self._ids = itertools.count(1)
         self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
         """New prefixes' first choices, oldest first: prefix -> (replica, when)."""
-        self._merge: asyncio.Future[bytes] | None = None
-        self._merged_at = float("-inf")
+        self._merge: dict[bytes, asyncio.Future[bytes]] = {}
+        self._merged_at: dict[bytes, float] = {}
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -164,8 +171,8 @@ class Hub:
             self._server.close()
         for worker in list(self.workers):
             worker.writer.close()
-        if self._merge is not None:
-            self._merge.cancel()
+        for merge in self._merge.values():
+            merge.cancel()
         await cancel(*self._tasks)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -218,7 +225,8 @@ class Hub:
             worker.index = int(payload.decode())
         elif kind == b"G":
             max_age = int.from_bytes(payload[_ID.size:_ID.size + 4] or b"\0", "big") / 1000
-            task = asyncio.create_task(self._gather(worker, payload[:_ID.size], max_age))
+            what = payload[_ID.size + 4:_ID.size + 5] or METRICS
+            task = asyncio.create_task(self._gather(worker, payload[:_ID.size], max_age, what))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         elif kind == b"M":
@@ -247,24 +255,26 @@ class Hub:
         claims[prefix] = (replica_id, now)
         return replica_id
 
-    async def _gather(self, asking: _Worker, request_id: bytes, max_age: float) -> None:
-        """The merged metrics to ``asking``: a merge done at most ``max_age`` seconds ago,
-        else a new one (asks that come while it runs share it)."""
-        merge = self._merge
-        if merge is None or (merge.done() and self.clock() - self._merged_at > max_age):
-            merge = self._merge = asyncio.ensure_future(self._merge_all())
+    async def _gather(self, asking: _Worker, request_id: bytes, max_age: float,
+                      what: bytes) -> None:
+        """Every worker's ``what`` to ``asking``: gathered at most ``max_age`` seconds ago,
+        else anew (asks that come while it runs share it)."""
+        merge = self._merge.get(what)
+        if merge is None or (merge.done() and
+                             self.clock() - self._merged_at.get(what, 0.0) > max_age):
+            merge = self._merge[what] = asyncio.ensure_future(self._merge_all(what))
         try:
             merged = await asyncio.shield(merge)
         except ValueError:  # a text that does not parse: the asking worker times out
-            self._merge = None
+            self._merge.pop(what, None)
             return
         asking.send(frame(b"A", request_id + merged))
 
-    async def _merge_all(self) -> bytes:
+    async def _merge_all(self, what: bytes) -> bytes:
         gather_id = next(self._ids)
         gather = _Gather(set(self.workers))
         self._gathers[gather_id] = gather
-        query = frame(b"Q", _ID.pack(gather_id))
+        query = frame(b"Q", _ID.pack(gather_id) + what)
         for worker in list(gather.expected):
             worker.send(query)
         try:
@@ -272,8 +282,11 @@ class Hub:
                 await asyncio.wait_for(gather.done.wait(), GATHER_SECONDS)
         finally:
             del self._gathers[gather_id]
-        merged = await asyncio.to_thread(merge_expositions, gather.texts)
-        self._merged_at = self.clock()
+        if what == METRICS:
+            merged = await asyncio.to_thread(merge_expositions, gather.texts)
+        else:  # the asking worker adds the readings up (gateway.ops.worker_readings)
+            merged = msgpack.packb([gather.texts[index] for index in sorted(gather.texts)])
+        self._merged_at[what] = self.clock()
         return merged
 
 
@@ -289,11 +302,12 @@ class WorkerRole:
 
 
 def siblings_of(worker: WorkerRole | None, pool: ReplicaPool, policy: Policy,
-                exposition: Callable[[], bytes], *, share_routing: bool) -> LocalSync | None:
+                exposition: Callable[[], bytes], readings: Callable[[], bytes], *,
+                share_routing: bool) -> LocalSync | None:
     """The other workers of this gateway, or None when it runs as one process."""
     if worker is None:
         return None
-    return LocalSync(worker.hub, worker.index, pool, policy, exposition,
+    return LocalSync(worker.hub, worker.index, pool, policy, exposition, readings,
                      share_routing=share_routing)
 
 
@@ -304,7 +318,8 @@ class LocalSync(SharedRouting):
     send_errors = (OSError, ConnectionError, RuntimeError)
 
     def __init__(self, path: str, index: int, pool: ReplicaPool, policy: Policy,
-                 exposition: Callable[[], bytes], *, share_routing: bool = True,
+                 exposition: Callable[[], bytes], readings: Callable[[], bytes], *,
+                 share_routing: bool = True,
                  options: FleetOptions = LOCAL_OPTIONS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(f"worker-{index}-{os.getpid()}", pool, policy, options=options,
@@ -315,8 +330,11 @@ class LocalSync(SharedRouting):
         self.shares_pending = share_routing  # siblings follow each other's bursts
         self.exposition = exposition
         """This worker's own ``/metrics`` text, for the hub's merge."""
+        self.readings = readings
+        """This worker's own ops readings (``gateway.ops.worker_readings``), compact."""
         self._writer: asyncio.StreamWriter | None = None
         self._answers: dict[int, asyncio.Future[bytes]] = {}
+        self._outbox: list[Entry] = []
         self.claims = self.claims_followed = self.claims_unanswered = 0
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
@@ -356,6 +374,15 @@ class LocalSync(SharedRouting):
     async def gather_metrics(self, max_age: float = 0.0) -> bytes | None:
         """Every worker's metrics, merged by the hub (a merge at most ``max_age`` seconds
         old); None without a hub."""
+        return await self._gather(METRICS, max_age)
+
+    async def sampled_readings(self) -> Readings | None:
+        """For the ops sampler: every worker's readings as one gateway's (gathered up to
+        ``SAMPLER_MAX_AGE_SECONDS`` ago); None without a hub."""
+        gathered = await self._gather(READINGS, SAMPLER_MAX_AGE_SECONDS)
+        return None if gathered is None else merge_readings(msgpack.unpackb(gathered))
+
+    async def _gather(self, what: bytes, max_age: float) -> bytes | None:
         if not self.up or self._writer is None:
             return None
         request_id = next(self._ids) & 0xFFFF_FFFF
@@ -363,7 +390,8 @@ class LocalSync(SharedRouting):
         self._answers[request_id] = answer
         try:
             self._writer.write(frame(b"G", _ID.pack(request_id)
-                                     + _ID.pack(min(int(max_age * 1000), 0xFFFF_FFFF))))
+                                     + _ID.pack(min(int(max_age * 1000), 0xFFFF_FFFF))
+                                     + what))
             return await asyncio.wait_for(answer, GATHER_SECONDS + 1.0)
         except (TimeoutError, OSError, RuntimeError):
             return None
@@ -392,26 +420,36 @@ class LocalSync(SharedRouting):
             self.claims_followed += 1
         return claimed
 
-    async def sampled_metrics(self) -> bytes | None:
-        """For the ops sampler: a merge up to ``SAMPLER_MAX_AGE_SECONDS`` old will do."""
-        return await self.gather_metrics(SAMPLER_MAX_AGE_SECONDS)
-
     def _queue(self, entry: Routed | Pending) -> None:
-        """Out at once, not after a flush interval: in a burst the siblings decide in the
-        same milliseconds, and a request they hear of late is one they place blind (a
-        write is a copy into the socket's buffer; the queue keeps the order when it
-        holds anything, or when the hub is not reading)."""
+        """Out at the end of this turn of the event loop, not after a flush interval: in
+        a burst the siblings decide in the same milliseconds, and a request they hear of
+        late is one they place blind. What one turn produced goes in one write (one
+        system call, not one an entry). The queue keeps the order when it holds
+        anything, or when the hub is not reading."""
         writer = self._writer
         if self.up and writer is not None and not self._pending and not writer.is_closing() \
                 and writer.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
-            writer.write(frame(b"B", encode_batch(self.instance, [entry])))
-            self.published += isinstance(entry, Routed)
+            self._outbox.append(entry)
+            if len(self._outbox) == 1:
+                asyncio.get_running_loop().call_soon(self._flush_outbox)
             return
         super()._queue(entry)
+
+    def _flush_outbox(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        if not outbox:
+            return
+        writer = self._writer
+        if writer is None or writer.is_closing():
+            self.dropped += sum(isinstance(entry, Routed) for entry in outbox)
+            return
+        writer.write(frame(b"B", encode_batch(self.instance, outbox)))
+        self.published += sum(isinstance(entry, Routed) for entry in outbox)
 
     async def _send(self, batch: list[Entry]) -> None:
         if self._writer is None:
             raise ConnectionError("no hub")
+        self._flush_outbox()  # what was sent before this batch's in-flight count, first
         self._writer.write(frame(b"B", encode_batch(self.instance, batch)))
         await self._writer.drain()
 
@@ -428,8 +466,10 @@ class LocalSync(SharedRouting):
                     if batch.instance != self.instance and self.share_routing:
                         self._apply_batch(batch.instance, batch.entries, live=True)
                 elif kind == b"Q" and self._writer is not None:
-                    text = self.exposition()  # on the loop, as a scrape reads the state
-                    self._writer.write(frame(b"M", payload[:_ID.size] + text))
+                    # on the loop, as a scrape reads the state
+                    own = self.readings() if payload[_ID.size:] == READINGS \
+                        else self.exposition()
+                    self._writer.write(frame(b"M", payload[:_ID.size] + own))
                 elif kind in (b"A", b"K"):
                     (request_id,) = _ID.unpack(payload[:_ID.size])
                     answer = self._answers.get(request_id)

@@ -90,26 +90,20 @@ class LoadReading:
     lint_queue: int | None = None
 
 
-def _put(into: dict[Any, float], key: Any, value: float, add: bool) -> None:
-    into[key] = into.get(key, 0.0) + value if add else value
-
-
 def read_load(registry: Collected) -> LoadReading:
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
     buckets: dict[str, dict[float, float]] = {}
     for family in families(registry):
         for sample in family.samples:
-            # Several workers' samples (the merged /metrics: a ``worker`` label) add up:
-            # the gateway's CPU, its requests in preparation, its loops' lag, all of them.
-            name, add = sample.name, "worker" in sample.labels
+            name = sample.name
             if name == CPU_SERIES:
-                _put(counters, "cpu_seconds", sample.value, add)
+                counters["cpu_seconds"] = sample.value
             elif name in _GAUGES:
-                _put(gauges, _GAUGES[name], sample.value, add)
+                gauges[_GAUGES[name]] = sample.value
             elif name in _HISTOGRAMS:
-                _put(buckets.setdefault(_HISTOGRAMS[name], {}), float(sample.labels["le"]),
-                     sample.value, add)
+                buckets.setdefault(_HISTOGRAMS[name], {})[float(sample.labels["le"])] = \
+                    sample.value
     lint = gauges.get("lint_queue")
     return LoadReading(Totals(counters, {k: tuple(sorted(v.items())) for k, v in buckets.items()}),
                        preparing=int(gauges.get("preparing", 0)), open=int(gauges.get("open", 0)),

@@ -7,8 +7,9 @@ gateway's own; this loop only collects the registry (no I/O) every
 series at start-up are the baseline of the "since start" figures. The loop
 is a task owned by the app's lifespan and stops on ``aclose``.
 
-With several workers (``--workers N``) the source is every worker's metrics,
-merged by the supervisor's hub (``merged``: ``gateway.fleet.local``), so
+With several workers (``--workers N``) the source is every worker's readings,
+gathered by the supervisor's hub and added up (``merged``:
+``gateway.fleet.local``, ``gateway.ops.worker_readings``), so
 whichever worker answers the ops view shows the whole gateway; the page's
 "now" is then the latest sample (at most ``interval`` old), and a sample the
 hub cannot give is skipped (this worker's own series alone would read as a
@@ -24,12 +25,13 @@ from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
 from gateway.ops.load import GatewayLoad, LoadReading, read_load
 from gateway.ops.stats import OpsStats, ReplicaReading, read_registry
+
+Readings = tuple[list[ReplicaReading], LoadReading]
 
 log = logging.getLogger("prefixgate.ops")
 
@@ -37,7 +39,7 @@ log = logging.getLogger("prefixgate.ops")
 class OpsSampler:
     def __init__(self, pool: ReplicaPool, registry: CollectorRegistry, stats: OpsStats,
                  load: GatewayLoad | None = None,
-                 merged: Callable[[], Awaitable[bytes | None]] | None = None) -> None:
+                 merged: Callable[[], Awaitable[Readings | None]] | None = None) -> None:
         self.pool = pool
         self.registry = registry
         self.stats = stats
@@ -59,20 +61,17 @@ class OpsSampler:
         return (read_registry(collected, (replica.id for replica in self.pool)),
                 read_load(collected))
 
-    def _sample(self, collected: list[Metric] | None = None) -> None:
-        replicas, load = self._read(collected) if collected is not None else self.readings()
+    def _sample(self, readings: Readings | None = None) -> None:
+        replicas, load = readings if readings is not None else self.readings()
         self._latest = replicas, load
         self.stats.sample(replicas)
         self.load.sample(load)
 
     async def _sample_merged(self) -> None:
         assert self.merged is not None
-        text = await self.merged()
-        if text is None:
-            return  # the hub did not answer: no sample rather than a false fall
-        collected = await asyncio.to_thread(
-            lambda: list(text_string_to_metric_families(text.decode())))
-        self._sample(collected)
+        readings = await self.merged()
+        if readings is not None:  # else the hub did not answer: no sample, not a false fall
+            self._sample(readings)
 
     def start(self) -> None:
         if self.merged is None:

@@ -171,29 +171,16 @@ def families(source: Collected) -> Iterable[Metric]:
     return source.collect() if isinstance(source, CollectorRegistry) else source
 
 
-_FROM_THE_REPLICA = frozenset({"healthy", "running", "waiting", "kv_usage", "cache_hits",
-                               "cache_queries", "generation_tokens", "engine_ttft",
-                               "engine_itl"})
-"""What every worker reads from the replica itself: the same figure N times, not N shares."""
-
-
-def _merge(into: dict[Any, float], key: Any, value: float, worker: str | None,
-           from_the_replica: bool) -> None:
-    """One sample into a reading: several workers' (``worker`` label, the merged
-    ``/metrics`` of ``gateway.ops.worker_metrics``) add up, or, for what each read from
-    the replica, are one figure (the largest: the freshest of a counter)."""
-    if worker is None or key not in into:
-        into[key] = value
-    elif from_the_replica:
-        into[key] = max(into[key], value)
-    else:
-        into[key] += value
+FROM_THE_REPLICA = frozenset({"healthy", "running", "waiting", "kv_usage", "cache_hits",
+                              "cache_queries", "generation_tokens", "engine_ttft",
+                              "engine_itl"})
+"""What a reading takes from the replica itself: with several workers
+(``gateway.ops.worker_readings``) the same figure N times, not N shares."""
 
 
 def read_registry(registry: Collected,
                   replica_ids: Iterable[str]) -> list[ReplicaReading]:
-    """One reading per replica from one collection of the registry (or of the merged
-    families of several workers)."""
+    """One reading per replica from one collection of the registry."""
     ids = list(replica_ids)
     gauges: dict[str, dict[str, float]] = {r: {} for r in ids}
     counters: dict[str, dict[str, float]] = {r: {} for r in ids}
@@ -203,22 +190,19 @@ def read_registry(registry: Collected,
             replica = sample.labels.get("replica")
             if replica not in gauges:
                 continue
-            name, value, worker = sample.name, sample.value, sample.labels.get("worker")
+            name, value = sample.name, sample.value
             if name == "prefixgate_requests_total":
                 own = counters[replica]
                 own["requests"] = own.get("requests", 0.0) + value
                 if sample.labels.get("status") != "200":
                     own["errors"] = own.get("errors", 0.0) + value
             elif name in _COUNTERS:
-                key = _COUNTERS[name]
-                _merge(counters[replica], key, value, worker, key in _FROM_THE_REPLICA)
+                counters[replica][_COUNTERS[name]] = value
             elif name in _HISTOGRAMS:
-                key = _HISTOGRAMS[name]
-                _merge(buckets[replica].setdefault(key, {}), float(sample.labels["le"]), value,
-                       worker, key in _FROM_THE_REPLICA)
+                le = float(sample.labels["le"])
+                buckets[replica].setdefault(_HISTOGRAMS[name], {})[le] = value
             elif name in _GAUGES:
-                key = _GAUGES[name]
-                _merge(gauges[replica], key, value, worker, key in _FROM_THE_REPLICA)
+                gauges[replica][_GAUGES[name]] = value
     out = []
     for r in ids:
         g = gauges[r]

@@ -49,6 +49,7 @@ from gateway.ops.metrics import GatewayMetrics
 from gateway.ops.sampler import OpsSampler
 from gateway.ops.stats import OpsStats
 from gateway.ops.view import OpsView
+from gateway.ops.worker_readings import encode_readings, local_readings
 from gateway.replicas.inprocess import start_inprocess
 from gateway.replicas.kv_feed import KVFeed
 from gateway.replicas.sources import TransportFactory, build_discovery, follow_events
@@ -106,8 +107,10 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         fleet = fleet_of(live, pool, policy)
         # With Redis the workers share routing state through it, as instances do; the hub
         # then only merges their metrics.
-        siblings = siblings_of(worker, pool, policy, lambda: generate_latest(metrics.registry),
-                               share_routing=fleet is None)
+        siblings = siblings_of(
+            worker, pool, policy, lambda: generate_latest(metrics.registry),
+            lambda: encode_readings(local_readings(metrics.registry, (r.id for r in pool))),
+            share_routing=fleet is None)
         shared = fleet or (siblings if siblings is not None and siblings.share_routing else None)
         decider = Decider(pool, policy, metrics, retry_after=live.retry_after_seconds)
         lint = build_lint(live, hashers, metrics)
@@ -128,7 +131,7 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
                              redis_status=fleet.status if fleet is not None else None,
                              workers=siblings)
         ops_sampler = OpsSampler(pool, metrics.registry, OpsStats(),
-                                 merged=siblings.sampled_metrics if siblings is not None else None)
+                                 merged=siblings.sampled_readings if siblings is not None else None)
         ops_view = build_ops_view(pool, policy, ops_sampler, lint, hashers, fleet)
         discovery = build_discovery(live, pool, transports, resolver)
 

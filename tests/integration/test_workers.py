@@ -29,13 +29,12 @@ from tests.support.sim import SimProcess
 from tests.support.waiting import wait_until
 
 from .conftest import MODEL, gateway_settings, running_sims, sim_args
-
-WORDS = ["refund", "order", "shipping", "invoice", "warranty", "region", "cache", "token",
-         "replica", "answer", "customer", "premium", "latency", "support"]
+from .test_fleet_redis import WORDS
 
 
 @pytest.fixture(scope="module")
 def sims() -> Iterator[list[SimProcess]]:
+    """Four sims with 16-token blocks, as the fleet tests have."""
     with running_sims([sim_args(i, "--block-size", "16") for i in range(4)]) as started:
         yield started
 

@@ -45,7 +45,8 @@ async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
 
 async def worker(hub: Hub, index: int) -> tuple[LocalSync, ReplicaPool]:
     pool = await new_pool()
-    sync = LocalSync(hub.path, index, pool, prefix_policy({}, clock=time.monotonic), lambda: b"")
+    sync = LocalSync(hub.path, index, pool, prefix_policy({}, clock=time.monotonic),
+                     lambda: b"", lambda: b"")
     await sync.start()
     assert sync.up
     return sync, pool

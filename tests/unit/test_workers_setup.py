@@ -97,25 +97,25 @@ def test_merged_metrics_label_each_worker_and_keep_families_whole() -> None:
 
 
 def test_the_ops_view_reads_several_workers_as_one_gateway() -> None:
-    from gateway.ops.load import read_load
-    from gateway.ops.stats import read_registry
+    from gateway.ops.worker_readings import encode_readings, local_readings, merge_readings
 
-    def worker_text(requests: int, inflight: int, hits: int, cpu: float) -> bytes:
+    def worker_readings(requests: int, inflight: int, hits: int, cpu: float) -> bytes:
         registry = CollectorRegistry()
         Counter("prefixgate_requests", "r", ["model", "replica", "status"],
                 registry=registry).labels("m", "r0", "200").inc(requests)
         Gauge("prefixgate_replica_inflight_requests", "i", ["replica"],
               registry=registry).labels("r0").set(inflight)
+        Gauge("prefixgate_replica_healthy", "h", ["replica"],
+              registry=registry).labels("r0").set(1)
         Counter("prefixgate_replica_prefix_cache_hits_tokens", "h", ["replica"],
                 registry=registry).labels("r0").inc(hits)
         Counter("prefixgate_process_cpu_seconds", "c", registry=registry).inc(cpu)
-        return generate_latest(registry)
+        return encode_readings(local_readings(registry, ["r0"]))
 
-    merged = merge_expositions({0: worker_text(3, 1, 640, 2.0),
-                                1: worker_text(5, 2, 656, 1.5)})
-    families = list(text_string_to_metric_families(merged.decode()))
-    (reading,) = read_registry(families, ["r0"])
+    (reading,), load = merge_readings([worker_readings(3, 1, 640, 2.0),
+                                       worker_readings(5, 2, 656, 1.5)])
     assert reading.raw.requests == 8  # each worker's answers: added up
     assert reading.inflight == 3
+    assert reading.healthy
     assert reading.raw.cache_hits == 656  # the replica's own counter, read twice: one figure
-    assert read_load(families).totals.count("cpu_seconds") == 3.5
+    assert load.totals.count("cpu_seconds") == 3.5
