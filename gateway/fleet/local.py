@@ -340,7 +340,9 @@ class LocalSync(SharedRouting):
         self._tasks: list[asyncio.Task[None]] = []
 
     def status(self) -> dict[str, object]:
-        return {"worker": self.index, "up": self.up, "peers": self.peers()}
+        return {"worker": self.index, "up": self.up,
+                "shared_through": "hub" if self.share_routing else "redis",
+                "peers": self.peers()}
 
     async def start(self) -> None:
         """Connect, learn what the siblings know (the hub's snapshot), then run."""
