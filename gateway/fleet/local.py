@@ -426,8 +426,11 @@ class LocalSync(SharedRouting):
         """Out at the end of this turn of the event loop, not after a flush interval: in
         a burst the siblings decide in the same milliseconds, and a request they hear of
         late is one they place blind. What one turn produced goes in one write (one
-        system call, not one an entry). The queue keeps the order when it holds
-        anything, or when the hub is not reading."""
+        system call, not one an entry), with this worker's in-flight requests when they
+        changed: a sibling that bounds each replica's load by a count 20 ms old sees
+        the replica this worker just filled as the only busy one, and spills a burst's
+        prefix off it. The queue keeps the order when it holds anything, or when the
+        hub is not reading."""
         writer = self._writer
         if self.up and writer is not None and not self._pending and not writer.is_closing() \
                 and writer.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
@@ -445,8 +448,12 @@ class LocalSync(SharedRouting):
         if writer is None or writer.is_closing():
             self.dropped += sum(isinstance(entry, Routed) for entry in outbox)
             return
-        writer.write(frame(b"B", encode_batch(self.instance, outbox)))
         self.published += sum(isinstance(entry, Routed) for entry in outbox)
+        inflight = self._own_inflight()
+        if inflight != self._sent_load:  # the load the siblings bound by, as fresh
+            outbox.append(Load(inflight))
+            self._sent_load, self._sent_load_at = inflight, self.clock()
+        writer.write(frame(b"B", encode_batch(self.instance, outbox)))
 
     async def _send(self, batch: list[Entry]) -> None:
         if self._writer is None:
