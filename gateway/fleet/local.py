@@ -9,9 +9,10 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
   its in-flight requests per replica, and, here only, each request's way
   there: sent, or failed before its first byte) goes to the hub, which hands
   it at once to every other worker and keeps what was learned in a bounded
-  journal. The flush interval is a millisecond, not Redis's five: a sibling's
-  prefix is pending for a worker about a millisecond after it was sent, so a
-  burst of one new prefix split between workers follows its first request.
+  journal. A worker writes what one turn of its event loop produced at the
+  end of that turn (not after Redis's 5 ms flush), with its in-flight count
+  when it changed: a sibling's prefix is pending for a worker, and its
+  queued prefill priced, about as soon as it was sent.
 * **Start.** A worker that connects (the first ones, or one that replaced a
   worker that died) gets the journal as a snapshot first, so a restarted
   worker starts from what the others know.
@@ -25,18 +26,22 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
   without an answer the worker keeps its own choice.
 * **A worker that goes.** Its connection closes; the hub tells the others
   that its in-flight count is zero (they stop adding its requests at once).
-* **Metrics.** ``/metrics`` lands on whichever worker accepted the
-  connection; that worker asks the hub, the hub asks every worker for its
-  exposition and merges them (``gateway.ops.worker_metrics``: each series
-  with a ``worker`` label), so one scrape sees the whole gateway.
+* **Metrics and the ops view.** ``/metrics`` lands on whichever worker
+  accepted the connection; that worker asks the hub, the hub asks every
+  worker for its exposition and merges them (``gateway.ops.worker_metrics``:
+  each series with a ``worker`` label), so one scrape sees the whole gateway.
+  Each worker's ops sampler gathers every worker's compact readings the same
+  way and adds them up (``gateway.ops.worker_readings``).
 
 Frames on the socket: one kind byte, a 4-byte big-endian length, the
-payload. ``H`` hello (the worker's index), ``B`` a batch
-(``gateway.fleet.codec``), ``S`` the snapshot, ``C`` a worker's claim (claim id, the prefix's 8 bytes, its replica), ``K``
-the hub's answer (claim id, the replica that stands), ``G`` a worker asks for the
-merged metrics (a 4-byte request id, the oldest merge it takes in milliseconds), ``Q`` the hub asks a worker for its own
-(a 4-byte gather id), ``M`` a worker's answer (gather id, text), ``A`` the
-merged text (request id, text).
+payload. ``H`` hello (the worker's index); ``B`` a batch
+(``gateway.fleet.codec``); ``S`` the snapshot; ``C`` a worker's claim (a
+4-byte id, the prefix's 8 bytes, its replica) and ``K`` the hub's answer
+(the id, the replica that stands); ``G`` a worker asks for a gather (a 4-byte
+id, the oldest gather it takes in milliseconds, ``m`` metrics or ``r``
+readings), ``Q`` the hub asks each worker for its own (gather id, what),
+``M`` a worker's answer (gather id, its text or readings), ``A`` the gather
+to the asking worker (the id, the merged text or the list of readings).
 """
 
 from __future__ import annotations
@@ -124,15 +129,12 @@ class _Worker:
     writer: asyncio.StreamWriter
     index: int | None = None
     instance: str | None = None
-    dropped: int = 0
 
     def send(self, data: bytes) -> None:
-        if self.writer.is_closing():
-            return
-        if self.writer.transport.get_write_buffer_size() > WRITE_BUFFER_LIMIT:
-            self.dropped += 1
-            return
-        self.writer.write(data)
+        """Unless it is gone, or not reading (its buffer past ``WRITE_BUFFER_LIMIT``)."""
+        if not self.writer.is_closing() \
+                and self.writer.transport.get_write_buffer_size() <= WRITE_BUFFER_LIMIT:
+            self.writer.write(data)
 
 
 @dataclass
@@ -151,7 +153,6 @@ class Hub:
         self.clock = clock
         self.journal = Journal(blocks_per_replica=blocks_per_replica)
         self.workers: set[_Worker] = set()
-        self.relayed = self.bad_frames = 0
         self._gathers: dict[int, _Gather] = {}
         self._ids = itertools.count(1)
         self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
@@ -204,8 +205,7 @@ class Hub:
             try:
                 batch = decode_batch(payload)
             except BadPayload:
-                self.bad_frames += 1
-                return
+                return  # not one of ours: nothing to relay
             worker.instance = batch.instance
             now = self.clock()
             for entry in batch.entries:
@@ -216,7 +216,6 @@ class Hub:
             for other in self.workers:
                 if other is not worker:
                     other.send(data)
-            self.relayed += 1
         elif kind == b"C":
             claim_id, prefix = _CLAIM.unpack_from(payload)
             worker.send(frame(b"K", _ID.pack(claim_id) + self.claim(
@@ -238,8 +237,6 @@ class Hub:
                     payload[_ID.size:]
                 if not gather.expected:
                     gather.done.set()
-        else:
-            self.bad_frames += 1
 
     def claim(self, prefix: int, replica_id: str) -> str:
         """The replica that stands for a new prefix: the first claimed within
@@ -385,42 +382,43 @@ class LocalSync(SharedRouting):
         return None if gathered is None else merge_readings(msgpack.unpackb(gathered))
 
     async def _gather(self, what: bytes, max_age: float) -> bytes | None:
-        if not self.up or self._writer is None:
-            return None
-        request_id = next(self._ids) & 0xFFFF_FFFF
-        answer = asyncio.get_running_loop().create_future()
-        self._answers[request_id] = answer
-        try:
-            self._writer.write(frame(b"G", _ID.pack(request_id)
-                                     + _ID.pack(min(int(max_age * 1000), 0xFFFF_FFFF))
-                                     + what))
-            return await asyncio.wait_for(answer, GATHER_SECONDS + 1.0)
-        except (TimeoutError, OSError, RuntimeError):
-            return None
-        finally:
-            self._answers.pop(request_id, None)
+        max_ms = _ID.pack(min(int(max_age * 1000), 0xFFFF_FFFF))
+        return await self._ask(b"G", lambda ask_id: _ID.pack(ask_id) + max_ms + what,
+                               GATHER_SECONDS + 1.0)
 
     async def claim(self, prefix: int, replica_id: str) -> str:
         """Where a prefix no replica holds or awaits goes (the hub's first choice for it);
         ``replica_id`` without a hub, with Redis sharing, or past ``CLAIM_WAIT_SECONDS``."""
-        if not self.share_routing or not self.up or self._writer is None:
+        if not self.share_routing or not self.up:
             return replica_id
-        claim_id = next(self._ids) & 0xFFFF_FFFF
-        answer = asyncio.get_running_loop().create_future()
-        self._answers[claim_id] = answer
         self.claims += 1
-        try:
-            self._writer.write(frame(b"C", _CLAIM.pack(claim_id, prefix & 0xFFFF_FFFF_FFFF_FFFF)
-                                     + replica_id.encode()))
-            claimed = (await asyncio.wait_for(answer, CLAIM_WAIT_SECONDS)).decode()
-        except (TimeoutError, OSError, RuntimeError):
+        key = prefix & 0xFFFF_FFFF_FFFF_FFFF
+        claimed = await self._ask(
+            b"C", lambda ask_id: _CLAIM.pack(ask_id, key) + replica_id.encode(),
+            CLAIM_WAIT_SECONDS)
+        if claimed is None:
             self.claims_unanswered += 1
             return replica_id
-        finally:
-            self._answers.pop(claim_id, None)
-        if claimed != replica_id:
+        if claimed.decode() != replica_id:
             self.claims_followed += 1
-        return claimed
+        return claimed.decode()
+
+    async def _ask(self, kind: bytes, payload: Callable[[int], bytes],
+                   timeout: float) -> bytes | None:
+        """One question to the hub (``payload`` of its id) and its answer (``A`` or ``K``
+        with that id), or None: no hub, or no answer within ``timeout``."""
+        if not self.up or self._writer is None:
+            return None
+        ask_id = next(self._ids) & 0xFFFF_FFFF
+        answer = asyncio.get_running_loop().create_future()
+        self._answers[ask_id] = answer
+        try:
+            self._writer.write(frame(kind, payload(ask_id)))
+            return await asyncio.wait_for(answer, timeout)
+        except (TimeoutError, OSError, RuntimeError):
+            return None
+        finally:
+            self._answers.pop(ask_id, None)
 
     def _queue(self, entry: Routed | Pending) -> None:
         """Out at the end of this turn of the event loop, not after a flush interval: in

@@ -24,14 +24,12 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import Metric
 
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
-from gateway.ops.load import GatewayLoad, LoadReading, read_load
-from gateway.ops.stats import OpsStats, ReplicaReading, read_registry
-
-Readings = tuple[list[ReplicaReading], LoadReading]
+from gateway.ops.load import GatewayLoad
+from gateway.ops.stats import OpsStats
+from gateway.ops.worker_readings import Readings, local_readings
 
 log = logging.getLogger("prefixgate.ops")
 
@@ -46,20 +44,16 @@ class OpsSampler:
         self.load = load or GatewayLoad(stats.clock, stats.window)
         """The gateway's own load (``gateway.ops.load``), sampled with the replicas."""
         self.merged = merged
-        """Every worker's metrics merged (several workers), or None: this registry."""
-        self._latest: tuple[list[ReplicaReading], LoadReading] | None = None
+        """Every worker's readings added up (several workers), or None: this registry."""
+        self._latest: Readings | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def readings(self) -> tuple[list[ReplicaReading], LoadReading]:
+    def readings(self) -> Readings:
         """The replicas' readings and the gateway's own, from one collection (with
         several workers: the latest sample of them all)."""
         if self.merged is not None and self._latest is not None:
             return self._latest
-        return self._read(list(self.registry.collect()))
-
-    def _read(self, collected: list[Metric]) -> tuple[list[ReplicaReading], LoadReading]:
-        return (read_registry(collected, (replica.id for replica in self.pool)),
-                read_load(collected))
+        return local_readings(self.registry, (replica.id for replica in self.pool))
 
     def _sample(self, readings: Readings | None = None) -> None:
         replicas, load = readings if readings is not None else self.readings()

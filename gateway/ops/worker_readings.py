@@ -48,15 +48,15 @@ def encode_readings(readings: Readings) -> bytes:
     })
 
 
-def _combine(into: dict[Any, float], items: Iterable[tuple[Any, float]],
-             from_the_replica: bool) -> None:
-    for key, value in items:
-        if key not in into:
-            into[key] = value
-        elif from_the_replica:
-            into[key] = max(into[key], value)
-        else:
-            into[key] += value
+def _put(into: dict[Any, float], key: Any, value: float, from_the_replica: bool) -> None:
+    """One worker's figure into the gateway's: added, or, for what the replica itself
+    counts, the largest (the freshest)."""
+    if key not in into:
+        into[key] = value
+    elif from_the_replica:
+        into[key] = max(into[key], value)
+    else:
+        into[key] += value
 
 
 class _Sum:
@@ -67,10 +67,11 @@ class _Sum:
     def add(self, counters: dict[str, float], histograms: dict[str, list[list[float]]],
             replica: bool) -> None:
         for key, value in counters.items():
-            _combine(self.counters, [(key, value)], replica and key in FROM_THE_REPLICA)
+            _put(self.counters, key, value, replica and key in FROM_THE_REPLICA)
         for name, pairs in histograms.items():
-            _combine(self.buckets.setdefault(name, {}), ((le, count) for le, count in pairs),
-                     replica and name in FROM_THE_REPLICA)
+            buckets = self.buckets.setdefault(name, {})
+            for le, count in pairs:
+                _put(buckets, le, count, replica and name in FROM_THE_REPLICA)
 
     def totals(self) -> Totals:
         return Totals(self.counters, {name: tuple(sorted(per_le.items()))

@@ -70,6 +70,11 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
     raise ModelNotFound(f"The model `{requested}` does not exist.", param="model")
 
 
+def _new_everywhere(decision: Decision) -> bool:
+    """No replica holds or awaits any block of the prompt."""
+    return not any(decision.matched_blocks.values())
+
+
 class Dispatcher:
     def __init__(self, state: GatewayState, homes: ResponseHomes) -> None:
         """``homes``: where stored responses live (a lifecycle observer learns them)."""
@@ -101,8 +106,7 @@ class Dispatcher:
         state = self.state
         exchange.request = request = await state.describe(exchange)
         decision = state.decider.decide(request)
-        if state.workers is not None and request.block_hashes \
-                and not any(decision.matched_blocks.values()):
+        if state.workers is not None and request.block_hashes and _new_everywhere(decision):
             # A prefix new everywhere: two workers taking its burst's first requests at
             # once would each place it; the first to choose wins (gateway.fleet.local).
             claimed = await state.workers.claim(request.block_hashes[0], decision.replica_id)
@@ -110,7 +114,7 @@ class Dispatcher:
             # siblings' heard of: a prefix now on its way somewhere is decided by cost
             # (follow it, or spill past a long queue), not by the claim.
             decision = state.decider.decide(request, counted=False)
-            if not any(decision.matched_blocks.values()) and claimed != decision.replica_id \
+            if _new_everywhere(decision) and claimed != decision.replica_id \
                     and claimed in decision.order:
                 decision = dataclasses.replace(
                     decision, replica_id=claimed,
