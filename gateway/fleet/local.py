@@ -21,9 +21,16 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
   place it before hearing of the other. So a worker about to send a prompt
   that no replica holds or awaits asks the hub first: the first worker's
   choice for that prefix (its first KV block) stands for ``CLAIM_SECONDS``,
-  and every other worker sends there too. It costs a round trip of a few
-  hundred microseconds, only on such prompts; past ``CLAIM_WAIT_SECONDS``
-  without an answer the worker keeps its own choice.
+  and every other worker sends there too. The hub also places what the
+  workers cannot see yet: two *different* new prefixes claimed for the same
+  replica by two workers within ``UNSEEN_SECONDS`` (each decided before
+  hearing of the other's) would queue two prefills on one replica while
+  another idles, so the later claim goes to the first replica of its
+  worker's own ranking that no other worker claimed that recently (one
+  process, deciding them one after the other, would have priced the first
+  one's prefill). It costs a round trip of a few hundred microseconds, only
+  on such prompts; past ``CLAIM_WAIT_SECONDS`` without an answer the worker
+  keeps its own choice, and claims nothing for ``CLAIM_BACKOFF_SECONDS``.
 * **A worker that goes.** Its connection closes; the hub tells the others
   that its in-flight count is zero (they stop adding its requests at once).
 * **Metrics and the ops view.** ``/metrics`` lands on whichever worker
@@ -36,12 +43,13 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
 Frames on the socket: one kind byte, a 4-byte big-endian length, the
 payload. ``H`` hello (the worker's index); ``B`` a batch
 (``gateway.fleet.codec``); ``S`` the snapshot; ``C`` a worker's claim (a
-4-byte id, the prefix's 8 bytes, its replica) and ``K`` the hub's answer
-(the id, the replica that stands); ``G`` a worker asks for a gather (a 4-byte
-id, the oldest gather it takes in milliseconds, ``m`` metrics or ``r``
-readings), ``Q`` the hub asks each worker for its own (gather id, what),
-``M`` a worker's answer (gather id, its text or readings), ``A`` the gather
-to the asking worker (the id, the merged text or the list of readings).
+4-byte id, the prefix's 8 bytes, its choice and its ranking of the replicas,
+NUL-separated) and ``K`` the hub's answer (the id, the replica that stands);
+``G`` a worker asks for a gather (a 4-byte id, the oldest gather it takes in
+milliseconds, ``m`` metrics or ``r`` readings), ``Q`` the hub asks each
+worker for its own (gather id, what), ``M`` a worker's answer (gather id,
+its text or readings), ``A`` the gather to the asking worker (the id, the
+merged text or the list of readings).
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ import os
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgpack
@@ -90,6 +98,12 @@ CLAIM_SECONDS = 2.0
 have learned where it is (a first byte takes longer only on a replica far behind)."""
 CLAIM_WAIT_SECONDS = 0.02
 """A worker waits this long for the hub's answer to a claim, then keeps its choice."""
+CLAIM_BACKOFF_SECONDS = 1.0
+"""After a claim the hub did not answer in time, a worker claims nothing for this long
+(its new prefixes are placed one at a time: a slow hub would queue them)."""
+UNSEEN_SECONDS = 0.05
+"""A sibling's claim this recent may not have reached a worker yet (its entries travel
+through the hub at the end of its loop's turn; a burst keeps both loops busy)."""
 MAX_CLAIMS = 100_000
 MAX_FRAME = 64 << 20
 GATHER_SECONDS = 2.0
@@ -107,6 +121,8 @@ WRITE_BUFFER_LIMIT = 16 << 20
 _HEADER = struct.Struct(">cI")
 _ID = struct.Struct(">I")
 _CLAIM = struct.Struct(">IQ")
+_SEP = b"\0"
+"""Between the replica ids of a claim: the worker's choice, then its ranking."""
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
@@ -157,6 +173,8 @@ class Hub:
         self._ids = itertools.count(1)
         self._claims: OrderedDict[int, tuple[str, float]] = OrderedDict()
         """New prefixes' first choices, oldest first: prefix -> (replica, when)."""
+        self._placed: dict[str, tuple[float, object]] = {}
+        """Each replica's latest new prefix: when, and for which worker."""
         self._merge: dict[bytes, asyncio.Future[bytes]] = {}
         self._merged_at: dict[bytes, float] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -218,8 +236,9 @@ class Hub:
                     other.send(data)
         elif kind == b"C":
             claim_id, prefix = _CLAIM.unpack_from(payload)
+            choice, *ranking = payload[_CLAIM.size:].decode(errors="replace").split("\0")
             worker.send(frame(b"K", _ID.pack(claim_id) + self.claim(
-                prefix, payload[_CLAIM.size:].decode(errors="replace")).encode()))
+                prefix, choice, ranking, worker).encode()))
         elif kind == b"H":
             worker.index = int(payload.decode())
         elif kind == b"G":
@@ -238,9 +257,12 @@ class Hub:
                 if not gather.expected:
                     gather.done.set()
 
-    def claim(self, prefix: int, replica_id: str) -> str:
+    def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = (),
+              worker: object = None) -> str:
         """The replica that stands for a new prefix: the first claimed within
-        ``CLAIM_SECONDS``, else ``replica_id`` (which now stands)."""
+        ``CLAIM_SECONDS``; else ``replica_id``, unless another worker placed a new prefix
+        there within ``UNSEEN_SECONDS``: then the first replica of ``ranking`` (the
+        claiming worker's order) that no other worker did. What is returned now stands."""
         now = self.clock()
         claims = self._claims
         while claims and (len(claims) > MAX_CLAIMS
@@ -249,7 +271,16 @@ class Hub:
         held = claims.get(prefix)
         if held is not None:
             return held[0]
+
+        def unseen(replica: str) -> bool:
+            placed = self._placed.get(replica)
+            return placed is not None and placed[1] is not worker \
+                and now - placed[0] < UNSEEN_SECONDS
+
+        if unseen(replica_id):
+            replica_id = next((r for r in ranking if not unseen(r)), replica_id)
         claims[prefix] = (replica_id, now)
+        self._placed[replica_id] = (now, worker)
         return replica_id
 
     async def _gather(self, asking: _Worker, request_id: bytes, max_age: float,
@@ -333,6 +364,7 @@ class LocalSync(SharedRouting):
         self._answers: dict[int, asyncio.Future[bytes]] = {}
         self._outbox: list[Entry] = []
         self.claims = self.claims_followed = self.claims_unanswered = 0
+        self._unanswered_at = -CLAIM_BACKOFF_SECONDS
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -386,18 +418,22 @@ class LocalSync(SharedRouting):
         return await self._ask(b"G", lambda ask_id: _ID.pack(ask_id) + max_ms + what,
                                GATHER_SECONDS + 1.0)
 
-    async def claim(self, prefix: int, replica_id: str) -> str:
-        """Where a prefix no replica holds or awaits goes (the hub's first choice for it);
-        ``replica_id`` without a hub, with Redis sharing, or past ``CLAIM_WAIT_SECONDS``."""
-        if not self.share_routing or not self.up:
+    async def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = ()) -> str:
+        """Where a prefix no replica holds or awaits goes (``Hub.claim``: a sibling's choice
+        for it, or past a sibling's unseen new prefix, the next of ``ranking``);
+        ``replica_id`` without a hub, with Redis sharing, past ``CLAIM_WAIT_SECONDS``, and
+        for ``CLAIM_BACKOFF_SECONDS`` after that."""
+        if not self.share_routing or not self.up \
+                or self.clock() - self._unanswered_at < CLAIM_BACKOFF_SECONDS:
             return replica_id
         self.claims += 1
         key = prefix & 0xFFFF_FFFF_FFFF_FFFF
-        claimed = await self._ask(
-            b"C", lambda ask_id: _CLAIM.pack(ask_id, key) + replica_id.encode(),
-            CLAIM_WAIT_SECONDS)
+        names = _SEP.join(name.encode() for name in (replica_id, *ranking))
+        claimed = await self._ask(b"C", lambda ask_id: _CLAIM.pack(ask_id, key) + names,
+                                  CLAIM_WAIT_SECONDS)
         if claimed is None:
             self.claims_unanswered += 1
+            self._unanswered_at = self.clock()
             return replica_id
         if claimed.decode() != replica_id:
             self.claims_followed += 1

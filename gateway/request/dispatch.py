@@ -83,6 +83,8 @@ class Dispatcher:
         self.homes = homes
         self.by_load = Decider(state.pool, LeastLoad(), state.metrics,
                               retry_after=state.settings.retry_after_seconds)
+        self._placing = asyncio.Lock()
+        """Held while a new prefix is claimed (``_claimed``)."""
 
     async def decide(self, exchange: Exchange) -> None:
         """Fill in the exchange's model, routing request and decision."""
@@ -107,19 +109,41 @@ class Dispatcher:
         exchange.request = request = await state.describe(exchange)
         decision = state.decider.decide(request)
         if state.workers is not None and request.block_hashes and _new_everywhere(decision):
-            # A prefix new everywhere: two workers taking its burst's first requests at
-            # once would each place it; the first to choose wins (gateway.fleet.local).
-            claimed = await state.workers.claim(request.block_hashes[0], decision.replica_id)
-            # Meanwhile this worker's earlier requests of the burst were sent, and the
-            # siblings' heard of: a prefix now on its way somewhere is decided by cost
-            # (follow it, or spill past a long queue), not by the claim.
-            decision = state.decider.decide(request, counted=False)
-            if _new_everywhere(decision) and claimed != decision.replica_id \
-                    and claimed in decision.order:
-                decision = dataclasses.replace(
-                    decision, replica_id=claimed,
-                    fallbacks=tuple(r for r in decision.order if r != claimed))
+            decision = await self._claimed(request, decision)
         exchange.decision = decision
+
+    async def _claimed(self, request: RouteRequest, decision: Decision) -> Decision:
+        """A prefix new everywhere, placed with the sibling workers (``gateway.fleet.local``):
+        two workers taking its burst's first requests at once would each place it, and two
+        new prefixes decided at once by two workers could land on one replica; the hub
+        answers where it goes.
+
+        One at a time in this worker: a claim waits for the hub, and a new prefix decided
+        meanwhile would not see this one's prefill queued where it goes (one process
+        decides and sends without waiting in between). The lock is let go before the
+        request is sent, but the request that waited runs only on a later turn of the
+        loop: by then this one is on its way (``Policy.sent``)."""
+        workers = self.state.workers
+        decider = self.state.decider
+        assert workers is not None and request.block_hashes
+        waited = self._placing.locked()
+        async with self._placing:
+            if waited:  # what was placed while it waited, it now sees
+                decision = decider.decide(request, counted=False)
+                if not _new_everywhere(decision):
+                    return decision
+            claimed = await workers.claim(request.block_hashes[0], decision.replica_id,
+                                          decision.order)
+            # Meanwhile the siblings' requests were heard of: a prefix now on its way
+            # somewhere is decided by cost (follow it, or spill past a long queue), not
+            # by the claim.
+            decision = decider.decide(request, counted=False)
+        if _new_everywhere(decision) and claimed != decision.replica_id \
+                and claimed in decision.order:
+            decision = dataclasses.replace(
+                decision, replica_id=claimed,
+                fallbacks=tuple(r for r in decision.order if r != claimed))
+        return decision
 
     def _by_load(self, exchange: Exchange) -> Decision:
         model = exchange.model

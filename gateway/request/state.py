@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from engine.pool.replicas import ReplicaPool
@@ -35,9 +35,10 @@ class WorkerView(Protocol):
         """Every worker's ``/metrics``, merged; None when the others cannot be asked."""
         ...
 
-    async def claim(self, prefix: int, replica_id: str) -> str:
+    async def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = ()) -> str:
         """Where a prefix no replica holds or awaits goes: ``replica_id``, or the replica a
-        sibling chose for it a moment ago (the first choice wins)."""
+        sibling chose for it a moment ago (the first choice wins), or, past a sibling's new
+        prefix this worker has not heard of yet, the next replica of ``ranking``."""
         ...
 
 

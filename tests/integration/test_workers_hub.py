@@ -7,16 +7,21 @@ its policy weighs, and stops counting a sibling's the moment it is gone.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
+from asgi_lifespan import LifespanManager
 
 from engine.backends.base import Timeouts
 from engine.backends.httpx_client import HttpxBackend
 from engine.pool.replicas import ReplicaPool, ReplicaSpec
-from gateway.fleet.local import Hub, LocalSync
+from gateway.config import load_settings
+from gateway.fleet.local import Hub, LocalSync, WorkerRole, _Worker
+from gateway.server.app import create_app
 from policies.prefix import prefix_policy
 from policies.types import RouteRequest
 from tests.support.waiting import eventually
@@ -135,4 +140,91 @@ async def test_the_first_workers_choice_for_a_new_prefix_stands(tmp_path: Path) 
         await b.aclose()
         await a_pool.aclose()
         await b_pool.aclose()
+        await hub.aclose()
+
+
+async def test_a_new_prefix_a_worker_has_not_heard_of_yet_is_not_joined(tmp_path: Path) -> None:
+    """Two workers placing two different new prefixes at the same moment each pick the
+    replica idle in their own view: the hub sends the later one to the next replica of
+    its worker's ranking, as one process that saw the first one's prefill would."""
+    now = [100.0]
+    hub = Hub(str(tmp_path / "unseen.sock"), clock=lambda: now[0])
+    await hub.start()
+    a, a_pool = await worker(hub, 0)
+    b, b_pool = await worker(hub, 1)
+    try:
+        assert await a.claim(PROMPT[0], "r0", ("r0", "r1")) == "r0"
+        assert await b.claim(PROMPT[1], "r0", ("r0", "r1")) == "r1"  # A's is unseen yet
+        assert await a.claim(PROMPT[2], "r0", ("r0", "r1")) == "r0"  # its own it has seen
+        now[0] += 0.2  # by now each has heard of the other's requests
+        assert await b.claim(PROMPT[3], "r0", ("r0", "r1")) == "r0"
+        assert await b.claim(PROMPT[1], "r0", ("r0", "r1")) == "r1"  # still B's first choice
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await a_pool.aclose()
+        await b_pool.aclose()
+        await hub.aclose()
+
+
+async def test_a_worker_stops_claiming_for_a_while_when_the_hub_is_slow(hub: Hub) -> None:
+    a, a_pool = await worker(hub, 0)
+    try:
+        hub._handle = lambda *_: None  # type: ignore[method-assign]  # a hub that never answers
+        assert await a.claim(PROMPT[0], "r1", ("r1", "r0")) == "r1"
+        assert (a.claims, a.claims_unanswered) == (1, 1)
+        assert await a.claim(PROMPT[1], "r0", ("r0", "r1")) == "r0"
+        assert a.claims == 1  # not asked: new prefixes are not held behind a slow hub
+    finally:
+        await a.aclose()
+        await a_pool.aclose()
+
+
+class _SlowHub(Hub):
+    """Answers claims ``delay`` seconds late, as a hub busy with a burst does."""
+
+    delay = 0.05
+
+    def _handle(self, worker: _Worker, kind: bytes, payload: bytes) -> None:
+        if kind == b"C":
+            asyncio.get_running_loop().call_later(self.delay, super()._handle, worker, kind,
+                                                  payload)
+        else:
+            super()._handle(worker, kind, payload)
+
+
+class _SlowReplica(FakeReplica):
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/"):
+            await asyncio.sleep(0.3)  # still in flight when the next request decides
+        return await super().handle(request)
+
+
+async def test_a_worker_places_its_new_prefixes_one_after_the_other(tmp_path: Path) -> None:
+    """Two new prompts taken by one worker while the hub answers its first claim: the
+    second is decided once the first is on its way, and goes past its queued prefill to
+    the other replica, as with one process (deciding both while the claim is out put
+    both on the replica that looked idlest)."""
+    hub = _SlowHub(str(tmp_path / "slow.sock"))
+    await hub.start()
+    replicas = {name: _SlowReplica(name) for name in ("r0", "r1")}
+    replicas["r1"].running = 1  # another client's request: both new prompts prefer r0
+    settings = load_settings(overrides={
+        "replicas": [{"id": name, "url": f"http://{name}"} for name in replicas],
+        "health_interval": 3600.0, "policy": "prefix"}, env={})
+    app = create_app(settings, transport=lambda rid: replicas[rid].transport(),
+                     worker=WorkerRole(0, hub.path))
+    try:
+        async with LifespanManager(app) as manager, httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
+            async def ask(system: str) -> str:
+                response = await client.post("/v1/chat/completions", json={
+                    "model": "m", "messages": [{"role": "system", "content": system * 200},
+                                               {"role": "user", "content": "hello"}]})
+                assert response.status_code == 200, response.text
+                return response.headers["x-prefixgate-replica"]
+
+            placed = await asyncio.gather(ask("You are a pirate. "), ask("You are a judge. "))
+        assert sorted(placed) == ["r0", "r1"], placed
+    finally:
         await hub.aclose()
