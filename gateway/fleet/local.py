@@ -25,8 +25,8 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
   workers cannot see yet: two *different* new prefixes claimed for the same
   replica by two workers within ``UNSEEN_SECONDS`` (each decided before
   hearing of the other's) would queue two prefills on one replica while
-  another idles, so the later claim goes to the first replica of its
-  worker's own ranking that no other worker claimed that recently (one
+  another idles, so the later claim goes to the first of its worker's next
+  choices that no other worker claimed that recently (one
   process, deciding them one after the other, would have priced the first
   one's prefill). It costs a round trip of a few hundred microseconds, only
   on such prompts; past ``CLAIM_WAIT_SECONDS`` without an answer the worker
@@ -43,7 +43,7 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
 Frames on the socket: one kind byte, a 4-byte big-endian length, the
 payload. ``H`` hello (the worker's index); ``B`` a batch
 (``gateway.fleet.codec``); ``S`` the snapshot; ``C`` a worker's claim (a
-4-byte id, the prefix's 8 bytes, its choice and its ranking of the replicas,
+4-byte id, the prefix's 8 bytes, its choice of replica and its next choices,
 NUL-separated) and ``K`` the hub's answer (the id, the replica that stands);
 ``G`` a worker asks for a gather (a 4-byte id, the oldest gather it takes in
 milliseconds, ``m`` metrics or ``r`` readings), ``Q`` the hub asks each
@@ -122,7 +122,7 @@ _HEADER = struct.Struct(">cI")
 _ID = struct.Struct(">I")
 _CLAIM = struct.Struct(">IQ")
 _SEP = b"\0"
-"""Between the replica ids of a claim: the worker's choice, then its ranking."""
+"""Between the replica ids of a claim: the worker's choice, then its next choices."""
 
 
 def frame(kind: bytes, payload: bytes) -> bytes:
@@ -236,9 +236,10 @@ class Hub:
                     other.send(data)
         elif kind == b"C":
             claim_id, prefix = _CLAIM.unpack_from(payload)
-            choice, *ranking = payload[_CLAIM.size:].decode(errors="replace").split("\0")
+            choice, *fallbacks = (name.decode(errors="replace")
+                                  for name in payload[_CLAIM.size:].split(_SEP))
             worker.send(frame(b"K", _ID.pack(claim_id) + self.claim(
-                prefix, choice, ranking, worker).encode()))
+                prefix, choice, fallbacks, worker).encode()))
         elif kind == b"H":
             worker.index = int(payload.decode())
         elif kind == b"G":
@@ -257,12 +258,13 @@ class Hub:
                 if not gather.expected:
                     gather.done.set()
 
-    def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = (),
+    def claim(self, prefix: int, replica_id: str, fallbacks: Sequence[str] = (),
               worker: object = None) -> str:
         """The replica that stands for a new prefix: the first claimed within
         ``CLAIM_SECONDS``; else ``replica_id``, unless another worker placed a new prefix
-        there within ``UNSEEN_SECONDS``: then the first replica of ``ranking`` (the
-        claiming worker's order) that no other worker did. What is returned now stands."""
+        there within ``UNSEEN_SECONDS``: then the first of ``fallbacks`` (the claiming
+        worker's next choices, best first) that no other worker did. What is returned
+        now stands."""
         now = self.clock()
         claims = self._claims
         while claims and (len(claims) > MAX_CLAIMS
@@ -278,7 +280,7 @@ class Hub:
                 and now - placed[0] < UNSEEN_SECONDS
 
         if unseen(replica_id):
-            replica_id = next((r for r in ranking if not unseen(r)), replica_id)
+            replica_id = next((r for r in fallbacks if not unseen(r)), replica_id)
         claims[prefix] = (replica_id, now)
         self._placed[replica_id] = (now, worker)
         return replica_id
@@ -418,9 +420,9 @@ class LocalSync(SharedRouting):
         return await self._ask(b"G", lambda ask_id: _ID.pack(ask_id) + max_ms + what,
                                GATHER_SECONDS + 1.0)
 
-    async def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = ()) -> str:
+    async def claim(self, prefix: int, replica_id: str, fallbacks: Sequence[str] = ()) -> str:
         """Where a prefix no replica holds or awaits goes (``Hub.claim``: a sibling's choice
-        for it, or past a sibling's unseen new prefix, the next of ``ranking``);
+        for it, or past a sibling's unseen new prefix, the first free of ``fallbacks``);
         ``replica_id`` without a hub, with Redis sharing, past ``CLAIM_WAIT_SECONDS``, and
         for ``CLAIM_BACKOFF_SECONDS`` after that."""
         if not self.share_routing or not self.up \
@@ -428,16 +430,17 @@ class LocalSync(SharedRouting):
             return replica_id
         self.claims += 1
         key = prefix & 0xFFFF_FFFF_FFFF_FFFF
-        names = _SEP.join(name.encode() for name in (replica_id, *ranking))
-        claimed = await self._ask(b"C", lambda ask_id: _CLAIM.pack(ask_id, key) + names,
-                                  CLAIM_WAIT_SECONDS)
-        if claimed is None:
+        names = _SEP.join(name.encode() for name in (replica_id, *fallbacks))
+        answer = await self._ask(b"C", lambda ask_id: _CLAIM.pack(ask_id, key) + names,
+                                 CLAIM_WAIT_SECONDS)
+        if answer is None:
             self.claims_unanswered += 1
             self._unanswered_at = self.clock()
             return replica_id
-        if claimed.decode() != replica_id:
+        claimed = answer.decode()
+        if claimed != replica_id:
             self.claims_followed += 1
-        return claimed.decode()
+        return claimed
 
     async def _ask(self, kind: bytes, payload: Callable[[int], bytes],
                    timeout: float) -> bytes | None:

@@ -133,7 +133,7 @@ class Dispatcher:
                 if not _new_everywhere(decision):
                     return decision
             claimed = await workers.claim(request.block_hashes[0], decision.replica_id,
-                                          decision.order)
+                                          decision.fallbacks)
             # Meanwhile the siblings' requests were heard of: a prefix now on its way
             # somewhere is decided by cost (follow it, or spill past a long queue), not
             # by the claim.

@@ -35,10 +35,10 @@ class WorkerView(Protocol):
         """Every worker's ``/metrics``, merged; None when the others cannot be asked."""
         ...
 
-    async def claim(self, prefix: int, replica_id: str, ranking: Sequence[str] = ()) -> str:
+    async def claim(self, prefix: int, replica_id: str, fallbacks: Sequence[str] = ()) -> str:
         """Where a prefix no replica holds or awaits goes: ``replica_id``, or the replica a
         sibling chose for it a moment ago (the first choice wins), or, past a sibling's new
-        prefix this worker has not heard of yet, the next replica of ``ranking``."""
+        prefix this worker has not heard of yet, the first free of ``fallbacks``."""
         ...
 
 

@@ -122,19 +122,16 @@ async def test_a_siblings_burst_is_followed_while_its_prefix_is_on_its_way(hub: 
         await b_pool.aclose()
 
 
-async def test_the_first_workers_choice_for_a_new_prefix_stands(tmp_path: Path) -> None:
+@pytest.fixture
+async def clocked(tmp_path: Path) -> AsyncIterator[tuple[list[float], LocalSync, LocalSync]]:
+    """A hub on a clock the test moves, and two workers of it."""
     now = [100.0]
     hub = Hub(str(tmp_path / "claims.sock"), clock=lambda: now[0])
     await hub.start()
     a, a_pool = await worker(hub, 0)
     b, b_pool = await worker(hub, 1)
     try:
-        assert await a.claim(PROMPT[0], "r1") == "r1"
-        assert await b.claim(PROMPT[0], "r0") == "r1"  # B follows A's placement
-        assert await b.claim(PROMPT[1], "r0") == "r0"  # another prefix: B's own choice
-        now[0] += 2.5  # long after: the prefix is learned, or no longer worth following
-        assert await b.claim(PROMPT[0], "r0") == "r0"
-        assert (b.claims, b.claims_followed) == (3, 1)
+        yield now, a, b
     finally:
         await a.aclose()
         await b.aclose()
@@ -143,37 +140,38 @@ async def test_the_first_workers_choice_for_a_new_prefix_stands(tmp_path: Path) 
         await hub.aclose()
 
 
-async def test_a_new_prefix_a_worker_has_not_heard_of_yet_is_not_joined(tmp_path: Path) -> None:
+async def test_the_first_workers_choice_for_a_new_prefix_stands(
+        clocked: tuple[list[float], LocalSync, LocalSync]) -> None:
+    now, a, b = clocked
+    assert await a.claim(PROMPT[0], "r1") == "r1"
+    assert await b.claim(PROMPT[0], "r0") == "r1"  # B follows A's placement
+    assert await b.claim(PROMPT[1], "r0") == "r0"  # another prefix: B's own choice
+    now[0] += 2.5  # long after: the prefix is learned, or no longer worth following
+    assert await b.claim(PROMPT[0], "r0") == "r0"
+    assert (b.claims, b.claims_followed) == (3, 1)
+
+
+async def test_a_new_prefix_a_worker_has_not_heard_of_yet_is_not_joined(
+        clocked: tuple[list[float], LocalSync, LocalSync]) -> None:
     """Two workers placing two different new prefixes at the same moment each pick the
     replica idle in their own view: the hub sends the later one to the next replica of
     its worker's ranking, as one process that saw the first one's prefill would."""
-    now = [100.0]
-    hub = Hub(str(tmp_path / "unseen.sock"), clock=lambda: now[0])
-    await hub.start()
-    a, a_pool = await worker(hub, 0)
-    b, b_pool = await worker(hub, 1)
-    try:
-        assert await a.claim(PROMPT[0], "r0", ("r0", "r1")) == "r0"
-        assert await b.claim(PROMPT[1], "r0", ("r0", "r1")) == "r1"  # A's is unseen yet
-        assert await a.claim(PROMPT[2], "r0", ("r0", "r1")) == "r0"  # its own it has seen
-        now[0] += 0.2  # by now each has heard of the other's requests
-        assert await b.claim(PROMPT[3], "r0", ("r0", "r1")) == "r0"
-        assert await b.claim(PROMPT[1], "r0", ("r0", "r1")) == "r1"  # still B's first choice
-    finally:
-        await a.aclose()
-        await b.aclose()
-        await a_pool.aclose()
-        await b_pool.aclose()
-        await hub.aclose()
+    now, a, b = clocked
+    assert await a.claim(PROMPT[0], "r0", ("r1",)) == "r0"
+    assert await b.claim(PROMPT[1], "r0", ("r1",)) == "r1"  # A's is unseen yet
+    assert await a.claim(PROMPT[2], "r0", ("r1",)) == "r0"  # its own it has seen
+    now[0] += 0.2  # by now each has heard of the other's requests
+    assert await b.claim(PROMPT[3], "r0", ("r1",)) == "r0"
+    assert await b.claim(PROMPT[1], "r0", ("r1",)) == "r1"  # still B's first choice
 
 
 async def test_a_worker_stops_claiming_for_a_while_when_the_hub_is_slow(hub: Hub) -> None:
     a, a_pool = await worker(hub, 0)
     try:
         hub._handle = lambda *_: None  # type: ignore[method-assign]  # a hub that never answers
-        assert await a.claim(PROMPT[0], "r1", ("r1", "r0")) == "r1"
+        assert await a.claim(PROMPT[0], "r1", ("r0",)) == "r1"
         assert (a.claims, a.claims_unanswered) == (1, 1)
-        assert await a.claim(PROMPT[1], "r0", ("r0", "r1")) == "r0"
+        assert await a.claim(PROMPT[1], "r0", ("r1",)) == "r0"
         assert a.claims == 1  # not asked: new prefixes are not held behind a slow hub
     finally:
         await a.aclose()
