@@ -20,7 +20,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.auth.keys import exposure_warning
-from gateway.config import ConfigError, Settings, load_settings, parse_replica_arg, parse_source_arg
+from gateway.config import (
+    ConfigError,
+    Settings,
+    TimeoutSettings,
+    load_settings,
+    parse_replica_arg,
+    parse_source_arg,
+)
 from gateway.lint.people import names_notice, unchecked_scripts
 from gateway.ops.block_table import report_block_table
 from gateway.prompt.tokenizer_source import configured_folder_problem
@@ -114,10 +121,26 @@ def _with_embedded(settings: Settings, args: argparse.Namespace,
     replicas, models = stack.enter_context(embedded_replicas(cfg, tokenizer))
     names = {m["name"] for m in models}
     return Settings.model_validate({
-        **settings.model_dump(exclude={"replicas", "models"}),
+        **settings.model_dump(exclude={"replicas", "models", "timeouts"}),
         "replicas": replicas,
         "models": [m.model_dump() for m in settings.models if m.name not in names] + models,
+        "timeouts": embedded_timeouts(settings.timeouts, cfg.kind).model_dump(),
     })
+
+
+EMBEDDED_CPU_FIRST_BYTE = 120.0
+"""The embedded vLLM-on-CPU replicas' first-byte timeout, unless one is set: a cold CPU
+engine's first long prompt, on a small machine busy with both engines, has taken more
+than the 30 s default (a 504 for the demo's first request)."""
+
+
+def embedded_timeouts(timeouts: TimeoutSettings, kind: str) -> TimeoutSettings:
+    """The timeouts in front of embedded replicas of ``kind``: the configured ones, and
+    for vLLM on CPU a longer first byte unless ``timeouts.first_byte`` was set."""
+    if kind != "vllm-cpu" or "first_byte" in timeouts.model_fields_set:
+        return timeouts
+    return TimeoutSettings.model_validate({**timeouts.model_dump(exclude_unset=True),
+                                           "first_byte": EMBEDDED_CPU_FIRST_BYTE})
 
 
 def _configuration_problem(settings: Settings) -> str | None:
