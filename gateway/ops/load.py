@@ -49,6 +49,8 @@ _HISTOGRAMS = {
     "prefixgate_overhead_seconds_bucket": "overhead",
 }
 CPU_SERIES = "prefixgate_process_cpu_seconds_total"
+LOAD_SERIES = frozenset({CPU_SERIES, *_GAUGES, *_HISTOGRAMS})
+"""The series :func:`read_load` reads (the ops sampler collects only these)."""
 
 
 class LoadCollector(Collector):

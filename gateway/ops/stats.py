@@ -84,6 +84,10 @@ _GAUGES = {
     "prefixgate_replica_kv_cache_usage_ratio": "kv_usage",
 }
 
+REQUESTS_SERIES = "prefixgate_requests_total"
+REGISTRY_SERIES = frozenset({REQUESTS_SERIES, *_COUNTERS, *_HISTOGRAMS, *_GAUGES})
+"""The series :func:`read_registry` reads (the ops sampler collects only these)."""
+
 
 def _counter(name: str, kind: Callable[[float], Any]) -> Any:
     """A read-only attribute: the named counter of the totals (0 when absent)."""
@@ -191,7 +195,7 @@ def read_registry(registry: Collected,
             if replica not in gauges:
                 continue
             name, value = sample.name, sample.value
-            if name == "prefixgate_requests_total":
+            if name == REQUESTS_SERIES:
                 own = counters[replica]
                 own["requests"] = own.get("requests", 0.0) + value
                 if sample.labels.get("status") != "200":

@@ -21,15 +21,26 @@ from typing import Any
 import msgpack
 from prometheus_client import CollectorRegistry
 
-from gateway.ops.load import LoadReading, read_load
-from gateway.ops.stats import FROM_THE_REPLICA, ReplicaReading, Totals, read_registry
+from gateway.ops.load import LOAD_SERIES, LoadReading, read_load
+from gateway.ops.stats import (
+    FROM_THE_REPLICA,
+    REGISTRY_SERIES,
+    ReplicaReading,
+    Totals,
+    read_registry,
+)
 
 Readings = tuple[list[ReplicaReading], LoadReading]
 
+READ_SERIES = frozenset({*REGISTRY_SERIES, *LOAD_SERIES})
+"""Every series a reading reads: the sampler collects these and no other (a full
+collection of the registry, every histogram and label set of the gateway's own
+metrics, held the serving loop ~2 ms every sample; these, about half that)."""
+
 
 def local_readings(registry: CollectorRegistry, replica_ids: Iterable[str]) -> Readings:
-    """This process's readings, from one collection of its registry."""
-    collected = list(registry.collect())
+    """This process's readings, from one collection of the series they read."""
+    collected = list(registry.restricted_registry(READ_SERIES).collect())
     return read_registry(collected, replica_ids), read_load(collected)
 
 
