@@ -91,8 +91,16 @@ def test_drift_after_the_template_changes(lint_gateway: GatewayProcess) -> None:
     for i in range(6):
         # The new release prepends a per-request timestamp: the prefix stops being shared.
         ask(api, f"[{time.strftime('%Y-%m-%d %H:%M:%S')}.{i:03d}] " + POLICY)
-    drift = httpx.get(lint_gateway.url + "/admin/drift", timeout=10).json()
-    event = next(e for e in drift["events"] if e["model"] == MODEL)
+
+    def report() -> tuple[dict, dict | None]:
+        drift = httpx.get(lint_gateway.url + "/admin/drift", timeout=10).json()
+        return drift, next((e for e in drift["events"] if e["model"] == MODEL), None)
+
+    # The linter reads each request off the serving loop once it has left (a worker
+    # thread that polls its queue): the report follows the last request by a moment.
+    wait_until(lambda: report()[1] is not None, what="the drift event")
+    drift, event = report()
+    assert event is not None
     assert event["path"] == "messages[0].content" and event["kind"] == "timestamp"
     assert event["share_before"] > 0.9 and event["share_after"] < 0.5
     assert event["now"]["chars"] and event["now"]["hash"] != event["now_other"]["hash"]
