@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import orjson
@@ -66,7 +67,8 @@ def _replica(name: str) -> httpx.MockTransport:
     return httpx.MockTransport(handle)
 
 
-def _full(registry: CollectorRegistry, ids: list[str]) -> Readings:
+def full_readings(registry: CollectorRegistry, ids: list[str]) -> Readings:
+    """The readings from a collection of the whole registry (what the sampler took)."""
     collected = list(registry.collect())
     return read_registry(collected, ids), read_load(collected)
 
@@ -77,7 +79,12 @@ def _timed(read: Callable[[], object], into: list[float]) -> None:
     into.append((time.perf_counter() - start) * 1e3)
 
 
-async def measure(replicas: int, requests: int, repeat: int) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def gateway_after_traffic(replicas: int,
+                                requests: int) -> AsyncIterator[tuple[CollectorRegistry, list[str]]]:
+    """A running gateway in this process in front of ``replicas`` in-memory replicas, after
+    ``requests`` chat requests (every other one streamed, one in 20 for a model nobody
+    serves): its metrics registry and the replicas' ids."""
     ids = [f"r{i}" for i in range(replicas)]
     transports = {rid: _replica(rid) for rid in ids}
     settings = load_settings(overrides={
@@ -92,12 +99,16 @@ async def measure(replicas: int, requests: int, repeat: int) -> dict[str, float]
                 "model": model, "stream": index % 2 == 0, "max_tokens": 4,
                 "messages": [{"role": "system", "content": f"You are app {index % 8}. " * 40},
                              {"role": "user", "content": f"question {index}"}]})
-        registry = app.gateway.metrics.registry
-        narrowed: list[float] = []
-        whole: list[float] = []
+        yield app.gateway.metrics.registry, ids
+
+
+async def measure(replicas: int, requests: int, repeat: int) -> dict[str, float]:
+    narrowed: list[float] = []
+    whole: list[float] = []
+    async with gateway_after_traffic(replicas, requests) as (registry, ids):
         for _ in range(repeat):
             _timed(lambda: local_readings(registry, ids), narrowed)
-            _timed(lambda: _full(registry, ids), whole)
+            _timed(lambda: full_readings(registry, ids), whole)
     return {"narrowed_p50": statistics.median(narrowed),
             "narrowed_p99": sorted(narrowed)[int(0.99 * (len(narrowed) - 1))],
             "whole_p50": statistics.median(whole),

@@ -4,9 +4,10 @@ The registry is the one source of the ops view (``gateway.ops.stats``): the
 pool's probe loops keep the replicas' series current, the recorder the
 gateway's own; this loop only collects the registry (no I/O) every
 ``interval`` seconds, and of it only the series the readings read
-(``gateway.ops.worker_readings.READ_SERIES``): it runs on the serving loop. ``start`` takes the first sample at once, so the
-series at start-up are the baseline of the "since start" figures. The loop
-is a task owned by the app's lifespan and stops on ``aclose``.
+(``gateway.ops.worker_readings.READ_SERIES``): it runs on the serving loop.
+``start`` takes the first sample at once, so the series at start-up are the
+baseline of the "since start" figures. The loop is a task owned by the app's
+lifespan and stops on ``aclose``.
 
 With several workers (``--workers N``) the source is every worker's readings,
 gathered by the supervisor's hub and added up (``merged``:

@@ -14,41 +14,22 @@ from __future__ import annotations
 
 import dataclasses
 
-import httpx
 import pytest
-from asgi_lifespan import LifespanManager
 
-from gateway.config import load_settings
-from gateway.ops.load import LoadReading, read_load
-from gateway.ops.stats import Totals, read_registry
+from gateway.ops.load import LoadReading
+from gateway.ops.stats import Totals
 from gateway.ops.worker_readings import local_readings
-from gateway.server.app import create_app
 from loadtest import sampler_cost
-from tests.unit.fake_replica import FakeReplica
 
 
 async def test_the_sampler_reads_what_a_full_collection_gives() -> None:
-    replicas = {name: FakeReplica(name) for name in ("r0", "r1")}
-    settings = load_settings(overrides={
-        "replicas": [{"id": name, "url": f"http://{name}"} for name in replicas],
-        "health_interval": 3600.0, "policy": "prefix"}, env={})
-    app = create_app(settings, transport=lambda rid: replicas[rid].transport())
-    async with LifespanManager(app) as manager, httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
-        for index in range(6):
-            response = await client.post("/v1/chat/completions", json={
-                "model": "m", "stream": index % 2 == 0, "max_tokens": 4,
-                "messages": [{"role": "system", "content": "You are terse. " * 40},
-                             {"role": "user", "content": f"question {index}"}]})
-            assert response.status_code == 200, response.text
-        await client.post("/v1/chat/completions", json={"model": "unknown", "messages": []})
-        registry = app.gateway.metrics.registry
-        ids = ["r0", "r1"]
+    # 12 requests to 2 replicas, every other one streamed; the first for an unknown model
+    async with sampler_cost.gateway_after_traffic(2, 12) as (registry, ids):
         replicas_read, load_read = local_readings(registry, ids)
-        full = list(registry.collect())
-        replicas_full, load_full = read_registry(full, ids), read_load(full)
+        replicas_full, load_full = sampler_cost.full_readings(registry, ids)
     assert replicas_read == replicas_full
-    assert sum(reading.raw.requests for reading in replicas_read) == 6
+    assert sum(reading.raw.requests for reading in replicas_read) == 11  # the 404: no replica
+    assert sum(reading.raw.errors for reading in replicas_read) == 0  # each answered 200
     assert any(reading.raw.histograms.get("ttft") for reading in replicas_read)
     # The gateway's CPU time moves between the two collections; the rest may not.
     assert 0 < load_read.totals.count("cpu_seconds") <= load_full.totals.count("cpu_seconds")
