@@ -13,9 +13,9 @@ Which failures the proxy retries on another replica is its decision
 (``gateway.request.proxy``): an unreachable replica never saw the request, but one
 that failed while holding it may have failed *because* of it.
 
-The HTTP libraries' exceptions are translated where they enter (``engine.backends.remote``
-for aiohttp, ``engine.backends.httpx_client`` for httpx); nothing above this layer
-sees their types.
+Failures are translated where they enter (``engine.backends.h1`` and
+``engine.backends.remote`` for the remote connection, ``engine.backends.httpx_client``
+for httpx); nothing above this layer sees a library's types.
 """
 
 from __future__ import annotations

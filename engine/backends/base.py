@@ -60,6 +60,12 @@ class Timeouts:
     replica that takes longer has stopped answering."""
 
 
+Pour = Callable[[Callable[[bytes], bool], Callable[[], Awaitable[None]]], Awaitable[None]]
+"""``pour(write, drain)``: every chunk still to come goes to ``write`` as it arrives (False
+back: the client's buffer is full, ``drain`` is awaited before the next); returns at the
+body's end, raises its ``engine.errors`` failure."""
+
+
 @dataclass(slots=True)
 class UpstreamResponse:
     status_code: int
@@ -67,6 +73,9 @@ class UpstreamResponse:
     chunks: AsyncIterator[bytes]
     """The body as it arrives; raises ``engine.errors`` types on failure."""
     close: Callable[[], Awaitable[None]]
+    pour: Pour | None = None
+    """When the backend can: hand the rest of the body to a writer as it arrives, with no
+    task step per chunk (``engine.backends.h1.Body.pour``); ``chunks`` otherwise."""
 
     async def read(self) -> bytes:
         try:

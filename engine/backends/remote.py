@@ -1,39 +1,31 @@
-"""Remote backend: a vLLM OpenAI server over HTTP with aiohttp.
+"""Remote backend: a vLLM OpenAI server over HTTP/1.1 (``engine.backends.h1``).
 
-One ``aiohttp.ClientSession`` per replica with a keep-alive pool. aiohttp
-parses HTTP in C and its pool does not rescan every connection per request,
-which matters at hundreds of concurrent streams (httpx/httpcore spent most of
-the gateway's CPU in pool bookkeeping and pure-Python chunk parsing; see
-BENCHMARKS.md). Timeouts are enforced per phase: connect, first byte (the
-status line, which for a non-streaming answer comes when it is complete),
-and idle time between two body chunks.
+One pool of keep-alive connections per replica, on asyncio's protocol layer
+with httptools parsing: a streamed answer can be poured straight into the
+client's connection (``UpstreamResponse.pour``), so a relayed token costs no
+task wake-up (aiohttp's client, used before, spent a future, a task step and
+two async iterators on each; httpx/httpcore before that spent most of the
+gateway's CPU in pool bookkeeping; see BENCHMARKS.md). Timeouts are enforced
+per phase: connect, first byte (the status line, which for a non-streaming
+answer comes when it is complete), and idle time between two body chunks.
 
-Keep-alive connections are dropped after 2 s idle — less than vLLM's
-(uvicorn's) 5 s — so the gateway does not write into a connection the server
-is closing. If that race still happens (the server closes a reused
-connection before answering), the request is sent once more on a fresh
-connection — never another pooled one, which the server may have closed
-as well: the replica never saw it. A connect timeout is a failure to
-connect (``ReplicaUnavailable``), not a replica slow to answer. aiohttp's
-exceptions are translated here into ``engine.errors`` types.
+Keep-alive connections are dropped after 2 s idle (``h1.KEEPALIVE``), less
+than vLLM's (uvicorn's) 5 s, so the gateway does not write into a connection
+the server is closing. If that race still happens (the server closes a
+reused connection before answering), the request is sent once more on a
+fresh connection, never another pooled one, which the server may have
+closed as well: the replica never saw it. A connect timeout is a failure to
+connect (``ReplicaUnavailable``), not a replica slow to answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-
-import aiohttp
+from collections.abc import Mapping
 
 from engine.backends.base import Timeouts, UpstreamResponse, outgoing_headers
-from engine.errors import (
-    ReplicaStreamBroken,
-    ReplicaTimeout,
-    ReplicaUnavailable,
-    ReplicaUnreachable,
-)
-
-_READ_CHUNK = 65536
+from engine.backends.h1 import Body, Connection, Connections, Disconnected, Target
+from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable, ReplicaUnreachable
 
 
 def _unreached(replica_id: str, attempt: int, message: str) -> ReplicaUnavailable:
@@ -53,130 +45,63 @@ class RemoteBackend:
         self.timeouts = timeouts
         self.max_connections = max_connections
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._session: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
-
-    def _client(self) -> aiohttp.ClientSession:
-        # Created on first use: a session belongs to the running event loop.
-        if self._session is None or self._session.closed:
-            self._session = self._new_session(pooled=True)
-        return self._session
-
-    def _fresh_client(self) -> aiohttp.ClientSession:
-        # For the resend: a session that never reuses a connection, so the
-        # request cannot land on another pooled one the replica closed too.
-        if self._fresh is None or self._fresh.closed:
-            self._fresh = self._new_session(pooled=False)
-        return self._fresh
-
-    def _new_session(self, pooled: bool) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0,
-                                         ttl_dns_cache=60, force_close=not pooled,
-                                         keepalive_timeout=2.0 if pooled else None)
-        return aiohttp.ClientSession(
-            connector=connector, auto_decompress=False,
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.timeouts.connect,
-                                          sock_connect=self.timeouts.connect))
+        self._pool = Connections(replica_id, Target(self.base_url), max_connections)
 
     async def send(self, path: str, body: bytes, headers: Mapping[str, str],
                    method: str = "POST") -> UpstreamResponse:
-        out = outgoing_headers(headers, self._auth)
-        url = self.base_url + path
+        data = self._pool.target.request(method, path, outgoing_headers(headers, self._auth),
+                                         body)
+        return await self._exchange(data, self.timeouts.response)
+
+    async def _exchange(self, data: bytes, response_timeout: float) -> UpstreamResponse:
         for attempt in (1, 2):
+            connection = self._pool.pooled() if attempt == 1 else None
+            if connection is None:
+                connection = await self._connect(attempt)
+            connection.send(data)
             try:
-                session = self._client() if attempt == 1 else self._fresh_client()
-                async with asyncio.timeout(self.timeouts.response):
-                    response = await session.request(method, url, data=body or None, headers=out)
-                break
-            except aiohttp.ConnectionTimeoutError:  # a TimeoutError too, but nothing was sent
-                raise _unreached(self.replica_id, attempt, "cannot connect: timed out") from None
+                async with asyncio.timeout(response_timeout):
+                    await connection.head
             except TimeoutError:
+                connection.abort()  # how vLLM learns to abort the request
                 raise ReplicaTimeout(self.replica_id,
                                      "no status line before the response timeout") from None
-            except aiohttp.ClientConnectorError as exc:
-                raise _unreached(self.replica_id, attempt, f"cannot connect: {exc}") from None
-            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+            except Disconnected as exc:
+                connection.abort()
                 if attempt == 2:  # a fresh connection failed too: the replica is in trouble
-                    raise ReplicaUnavailable(self.replica_id,
-                                             f"{type(exc).__name__}: {exc}") from None
-            except aiohttp.ClientError as exc:
-                raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
-        return UpstreamResponse(
-            status_code=response.status,
-            headers={k.lower(): v for k, v in response.headers.items()},
-            chunks=self._chunks(response),
-            close=self._closer(response),
-        )
+                    raise ReplicaUnavailable(self.replica_id, str(exc)) from None
+                continue
+            except BaseException:
+                connection.abort()
+                raise
+            return self._response(connection)
+        raise AssertionError("unreachable")
 
-    async def _chunks(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        content = response.content
-        loop = asyncio.get_running_loop()
-        idle = self.timeouts.idle
-        # The idle timeout is a lazy timer: a read only notes when it started
-        # waiting, and a timer that fires at most once per ``idle`` seconds
-        # checks that note — instead of arming and cancelling a timer per
-        # chunk (asyncio.timeout), which at thousands of chunks a second was a
-        # good part of the gateway's CPU. A read waiting too long is failed by
-        # setting the exception on aiohttp's stream reader.
-        # The first chunk may take as long as a response may (``response``): for a
-        # stream it is the first token, and a queued request's first token waits for
-        # the queue; the proxy's first-byte deadline judges that wait.
-        waiting_since = [0.0]
-        limit = [self.timeouts.response]
-        timer: asyncio.TimerHandle
-
-        def check() -> None:
-            nonlocal timer
-            started = waiting_since[0]
-            if started and loop.time() - started >= limit[0]:
-                content.set_exception(ReplicaTimeout(
-                    self.replica_id, "stream idle for too long"))
-                return
-            timer = loop.call_at((started or loop.time()) + min(limit[0], idle), check)
-
-        timer = loop.call_at(loop.time() + min(limit[0], idle), check)
+    async def _connect(self, attempt: int) -> Connection:
         try:
-            while True:
-                waiting_since[0] = loop.time()
-                try:
-                    chunk = await content.readany()
-                except ReplicaTimeout:
-                    raise
-                except (aiohttp.ClientError, ConnectionError) as exc:
-                    raise ReplicaStreamBroken(self.replica_id,
-                                              f"{type(exc).__name__}: {exc}") from None
-                waiting_since[0] = 0.0
-                if not chunk:
-                    if content.at_eof():
-                        return
-                    continue
-                limit[0] = idle
-                yield chunk
-        finally:
-            timer.cancel()
+            return await self._pool.connect(self.timeouts.connect)
+        except TimeoutError:
+            raise _unreached(self.replica_id, attempt, "cannot connect: timed out") from None
+        except OSError as exc:
+            raise _unreached(self.replica_id, attempt, f"cannot connect: {exc}") from None
 
-    @staticmethod
-    def _closer(response: aiohttp.ClientResponse) -> Callable[[], Awaitable[None]]:
-        async def close() -> None:
-            # A body read to its end goes back to the pool; otherwise the
-            # connection is closed, which tells vLLM to abort the request.
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
-        return close
+    def _response(self, connection: Connection) -> UpstreamResponse:
+        body = Body(connection, self._pool, self.timeouts.response, self.timeouts.idle)
+        return UpstreamResponse(status_code=connection.status, headers=connection.headers,
+                                chunks=body, close=body.close, pour=body.pour)
 
     async def get(self, path: str) -> tuple[int, bytes]:
         try:
             async with asyncio.timeout(self.timeouts.probe):
-                async with self._client().get(self.base_url + path, headers=self._auth) as r:
-                    return r.status, await r.read()
+                upstream = await self._exchange(
+                    self._pool.target.request("GET", path, self._auth, b""), self.timeouts.probe)
+                return upstream.status_code, await upstream.read()
         except TimeoutError:
             raise ReplicaUnavailable(self.replica_id, f"GET {path} timed out") from None
-        except aiohttp.ClientError as exc:
-            raise ReplicaUnavailable(self.replica_id, f"{type(exc).__name__}: {exc}") from None
+        except ReplicaUnavailable:
+            raise
+        except EngineError as exc:
+            raise ReplicaUnavailable(self.replica_id, exc.detail) from None
 
     async def aclose(self) -> None:
-        for session in (self._session, self._fresh):
-            if session is not None:
-                await session.close()
+        self._pool.close()

@@ -327,7 +327,7 @@ class Proxy:
 
         return RelayStream(upstream.chunks, upstream.status_code, headers, finish,
                            first=first, seen=observer.feed, drain=self.drain,
-                           disconnected=disconnected)
+                           disconnected=disconnected, pour=upstream.pour)
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

@@ -29,14 +29,34 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from engine.backends.base import Pour
 from engine.errors import EngineError
 from gateway.errors import error_body
 from gateway.request.drain import Drain
+
+BODY_WRITER = "prefixgate.body_writer"
+"""The ASGI extension (``scope["extensions"]``) of a server that takes a streamed answer's
+chunks by a plain call (``gateway.server.http.CycleBodyWriter``)."""
+
+
+class BodyWriter(Protocol):
+    def ready(self) -> bool:
+        """The answer has started, chunked, and is not complete: ``write`` may be used."""
+        ...
+
+    def write(self, chunk: bytes) -> bool:
+        """Write one chunk of the answer; False when the client's buffer is full."""
+        ...
+
+    async def drain(self) -> None:
+        """Return once the client's buffer has room again (or the client left)."""
+        ...
 
 
 def error_event(status: int, message: str, type_: str, code: str) -> bytes:
@@ -81,9 +101,11 @@ class RelayStream(Response):
         seen: Callable[[bytes], object] | None = None,
         drain: Drain | None = None,
         disconnected: asyncio.Future[None] | None = None,
+        pour: Pour | None = None,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.chunks = chunks
+        self.pour = pour
         self.first = first
         self.seen = seen
         self.status_code = status_code
@@ -113,7 +135,8 @@ class RelayStream(Response):
             # token arrives.
             with self.drain.tracking(self) if self.drain else contextlib.nullcontext():
                 await self._begin(send)
-                outcome = await self._relay_rest(receive, send)
+                writer = (scope.get("extensions") or {}).get(BODY_WRITER) if self.pour else None
+                outcome = await self._relay_rest(receive, send, writer)
         except BaseException as exc:
             outcome = exc
             raise
@@ -130,9 +153,10 @@ class RelayStream(Response):
         await send({"type": "http.response.body", "body": first, "more_body": True})
         self.first_sent_at = time.perf_counter()
 
-    async def _relay_rest(self, receive: Receive, send: Send) -> BaseException | None:
+    async def _relay_rest(self, receive: Receive, send: Send,
+                          writer: BodyWriter | None) -> BaseException | None:
         """Relay the rest until it ends (its error, or None) or the client leaves."""
-        relay = self._relay_task = asyncio.ensure_future(self._relay(send))
+        relay = self._relay_task = asyncio.ensure_future(self._relay(send, writer))
         if self._cut:
             relay.cancel()
         watcher = self.disconnected or asyncio.ensure_future(wait_disconnect(receive))
@@ -155,12 +179,23 @@ class RelayStream(Response):
             return StreamCut("the drain period is over")
         return ConnectionAbortedError("client disconnected")
 
-    async def _relay(self, send: Send) -> None:
+    async def _relay(self, send: Send, writer: BodyWriter | None) -> None:
         seen = self.seen or _unseen
         try:
-            async for chunk in self.chunks:
-                seen(chunk)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if writer is not None and self.pour is not None and writer.ready():
+                # Each chunk goes from the replica's connection to the client's as it
+                # is parsed: no task step per chunk.
+                write = writer.write
+
+                def watched(chunk: bytes) -> bool:
+                    seen(chunk)
+                    return write(chunk)
+
+                await self.pour(watched, writer.drain)
+            else:
+                async for chunk in self.chunks:
+                    seen(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
                                   "BadGatewayError", "upstream_stream_broken")

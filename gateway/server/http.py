@@ -61,11 +61,12 @@ from typing import Any
 import orjson
 import uvicorn
 from starlette.types import Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.config import ServerSettings, Settings
 from gateway.errors import error_body
 from gateway.request.drain import Drain
+from gateway.request.streaming import BODY_WRITER
 from gateway.server.request_ids import clean_request_id
 
 log = logging.getLogger("prefixgate.server")
@@ -124,6 +125,35 @@ async def _too_many_connections(scope: Scope, receive: Receive, send: Send) -> N
         (b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
         (b"retry-after", b"1"), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class CycleBodyWriter:
+    """The ``prefixgate.body_writer`` ASGI extension (``gateway.request.streaming.BodyWriter``)
+    on uvicorn's httptools cycle: a streamed answer's chunks written to the connection as
+    the cycle's own ``send`` writes them (chunked encoding), without a coroutine per chunk.
+    The answer's start, first chunk and end still go through ``send``, which keeps the
+    cycle's state (started, complete, keep-alive) its own."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def ready(self) -> bool:
+        cycle = self._cycle
+        return (cycle.response_started and not cycle.response_complete
+                and cycle.chunked_encoding is True and cycle.scope["method"] != "HEAD")
+
+    def write(self, chunk: bytes) -> bool:
+        cycle = self._cycle
+        if chunk and not cycle.disconnected:  # send() drops a gone client's chunks too
+            cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        return not cycle.flow.write_paused
+
+    async def drain(self) -> None:
+        cycle = self._cycle
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
 
 
 class _HeadersTooLarge(Exception):
@@ -204,6 +234,9 @@ class GuardedHttpTools(HttpToolsProtocol):
                 self.app, self.limit_concurrency = app, limit
         else:
             super().on_headers_complete()
+        if self.cycle is not None:
+            extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+            extensions[BODY_WRITER] = CycleBodyWriter(self.cycle)
         self._arm(self.limits.body_timeout, "the request body did not arrive in time",
                   kind="body")
 

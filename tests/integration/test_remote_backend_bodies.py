@@ -162,3 +162,165 @@ async def test_a_body_that_stops_arriving_times_out_after_the_idle_limit(
         upstream = await remote_backend(server.url, idle=0.3).send(PATH, b"{}", {})
         with pytest.raises(ReplicaTimeout, match="idle"):
             await asyncio.wait_for(upstream.read(), GUARD)
+
+
+# --- poured bodies: each chunk handed to a writer as it is parsed ----------------------
+
+class Writer:
+    """A client's connection as ``pour`` sees it: takes chunks, full while ``blocked``
+    (from the first chunk that takes it past ``block_after`` bytes on)."""
+
+    def __init__(self, block_after: int | None = None) -> None:
+        self.received: list[bytes] = []
+        self.size = 0
+        self.block_after = block_after
+        self.blocked = False
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def write(self, data: bytes) -> bool:
+        self.received.append(data)
+        self.size += len(data)
+        if self.block_after is not None and self.size > self.block_after:
+            self.block_after = None
+            self.block()
+        return not self.blocked
+
+    async def drain(self) -> None:
+        await self.room.wait()
+
+    def block(self) -> None:
+        self.blocked = True
+        self.room.clear()
+
+    def unblock(self) -> None:
+        self.blocked = False
+        self.room.set()
+
+    @property
+    def bytes(self) -> bytes:
+        return b"".join(self.received)
+
+
+async def pour(upstream: UpstreamResponse, writer: Writer) -> None:
+    assert upstream.pour is not None
+    async with asyncio.timeout(GUARD):
+        await upstream.pour(writer.write, writer.drain)
+
+
+async def test_a_poured_stream_reaches_the_writer_whole_and_its_connection_serves_the_next(
+        remote_backend: MakeBackend) -> None:
+    async def script(connection: Connection) -> None:
+        while await connection.read_request() is not None:
+            await connection.send(STREAM_HEAD)
+            for event in EVENTS:
+                await connection.send(chunk(event))
+                await asyncio.sleep(0.01)
+            await connection.send(STREAM_END)
+
+    async with scripted_server(script) as server:
+        backend = remote_backend(server.url)
+        for _ in range(2):
+            upstream = await backend.send(PATH, b"{}", {})
+            first = await anext(upstream.chunks)  # as the proxy reads it, before the relay
+            writer = Writer()
+            await pour(upstream, writer)
+            await upstream.close()
+            assert first + writer.bytes == b"".join(EVENTS)
+    assert len(server.connections) == 1
+
+
+async def test_a_full_writer_holds_the_replica_back_until_it_has_room(
+        remote_backend: MakeBackend) -> None:
+    # 48 MB, more than the sockets' buffers on both sides hold: while the client's
+    # buffer is full the replica's writes must block, not the gateway's memory grow.
+    piece = bytes(range(256)) * 256  # 64 KiB
+    total = 768
+    sent = [0]
+    finished = asyncio.Event()
+
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD)
+        for _ in range(total):
+            await connection.send(chunk(piece))
+            sent[0] += 1
+        await connection.send(STREAM_END)
+        finished.set()
+
+    async with scripted_server(script) as server:
+        upstream = await remote_backend(server.url).send(PATH, b"{}", {})
+        writer = Writer(block_after=len(piece) * 16)  # full after 1 MiB has gone through
+        task = asyncio.ensure_future(pour(upstream, writer))
+        await asyncio.sleep(0.5)
+        held_at, written = sent[0], writer.size
+        await asyncio.sleep(0.3)
+        assert not finished.is_set()
+        assert sent[0] == held_at < total // 2  # the replica waits for the client
+        assert writer.size == written < 3 * 1024 * 1024  # taken in before it paused
+        writer.unblock()
+        await task
+        await upstream.close()
+    assert writer.bytes == piece * total
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+async def test_a_poured_stream_cut_off_by_the_replica_is_broken_after_what_arrived(
+        how: str, remote_backend: MakeBackend) -> None:
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD + chunk(EVENTS[0]) + chunk(EVENTS[1]))
+        await asyncio.sleep(0.05)
+        await (connection.close() if how == "close" else connection.reset())
+
+    async with scripted_server(script) as server:
+        upstream = await remote_backend(server.url).send(PATH, b"{}", {})
+        writer = Writer()
+        with pytest.raises(ReplicaStreamBroken):
+            await pour(upstream, writer)
+        await upstream.close()
+    assert (EVENTS[0] + EVENTS[1]).startswith(writer.bytes)
+    if how == "close":
+        assert writer.bytes == EVENTS[0] + EVENTS[1]
+
+
+async def test_a_poured_stream_that_stalls_times_out_and_its_connection_is_closed(
+        remote_backend: MakeBackend) -> None:
+    closed = asyncio.get_running_loop().create_future()
+
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD + chunk(EVENTS[0]))
+        closed.set_result(await connection.closed_by_client())
+
+    async with scripted_server(script) as server:
+        upstream = await remote_backend(server.url, idle=0.3).send(PATH, b"{}", {})
+        writer = Writer()
+        with pytest.raises(ReplicaTimeout, match="idle"):
+            await pour(upstream, writer)
+        assert writer.bytes == EVENTS[0]
+        await upstream.close()
+        assert await asyncio.wait_for(closed, GUARD)
+
+
+async def test_a_poured_stream_given_up_half_way_closes_its_connection(
+        remote_backend: MakeBackend) -> None:
+    # The client left: the relay is cancelled, and vLLM must hear of it to abort.
+    closed = asyncio.get_running_loop().create_future()
+
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD + chunk(EVENTS[0]))
+        closed.set_result(await connection.closed_by_client())
+
+    async with scripted_server(script) as server:
+        upstream = await remote_backend(server.url).send(PATH, b"{}", {})
+        writer = Writer()
+        task = asyncio.ensure_future(pour(upstream, writer))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await upstream.close()
+        assert await asyncio.wait_for(closed, GUARD)
+    assert writer.bytes == EVENTS[0]

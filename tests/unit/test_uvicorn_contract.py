@@ -3,9 +3,10 @@ uvicorn installed: a failure names that uvicorn's version and what changed.
 
 ``GuardedHttpTools`` subclasses uvicorn's private ``HttpToolsProtocol``: it overrides
 the methods of ``OVERRIDDEN`` (their parameters as uvicorn defines them), reads the
-attributes of ``PROTOCOL_ATTRIBUTES`` and ``CYCLE_ATTRIBUTES``, and counts on uvicorn's
-``data_received`` sending a parser error to ``send_400_response`` and a WebSocket
-upgrade to ``_should_upgrade_to_ws`` and ``handle_websocket_upgrade``.
+attributes of ``PROTOCOL_ATTRIBUTES`` and ``CYCLE_ATTRIBUTES`` (``CycleBodyWriter``
+writes a stream's chunks on the cycle's transport, framed as its ``send`` would), and
+counts on uvicorn's ``data_received`` sending a parser error to ``send_400_response``
+and a WebSocket upgrade to ``_should_upgrade_to_ws`` and ``handle_websocket_upgrade``.
 ``GatewayServer`` overrides ``uvicorn.Server.startup`` and ``handle_exit``. pyproject.toml
 pins uvicorn to the versions this was tested with; a uvicorn outside them, or a change
 in one inside them, fails here before a slow client finds out.
@@ -48,7 +49,10 @@ OVERRIDDEN: dict[str, tuple[str, ...]] = {
 """HttpToolsProtocol's methods GuardedHttpTools overrides, and their parameters."""
 PROTOCOL_ATTRIBUTES = ("app", "loop", "limit_concurrency", "connections", "tasks", "transport",
                        "server", "cycle")
-CYCLE_ATTRIBUTES = ("response_started", "response_complete", "disconnected", "message_event")
+CYCLE_ATTRIBUTES = ("response_started", "response_complete", "disconnected", "message_event",
+                    "chunked_encoding", "flow", "transport", "scope")
+"""What GuardedHttpTools and its ``CycleBodyWriter`` (a stream's chunks written by a plain
+call, framed as the cycle's ``send`` frames them) read of a cycle."""
 SERVER_METHODS: dict[str, tuple[str, ...]] = {"startup": ("sockets",),
                                               "handle_exit": ("sig", "frame")}
 CONFIG_PARAMETERS = ("http", "ws", "loop", "timeout_keep_alive", "limit_concurrency",
