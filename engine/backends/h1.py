@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import cast
@@ -34,6 +36,8 @@ from engine.errors import EngineError, ReplicaStreamBroken, ReplicaTimeout
 
 KEEPALIVE = 2.0
 """Seconds a connection may sit idle in the pool before it is closed."""
+DNS_TTL = 60.0
+"""Seconds a replica's host name stays resolved (a failed connect resolves it again)."""
 _HIGH_WATER = 256 * 1024
 """Queued body bytes over which reading from the replica pauses until the reader catches up."""
 
@@ -326,6 +330,9 @@ class Connections:
         self.target = target
         self.limit = limit
         self._idle: collections.deque[Connection] = collections.deque()
+        self._addresses: list[tuple[int, str, int]] = []
+        self._resolved_at = 0.0
+        self._lookup: asyncio.Future[list[tuple[int, str, int]]] | None = None
 
     def pooled(self) -> Connection | None:
         """The most recently used idle connection still open and fresh, if any."""
@@ -341,14 +348,47 @@ class Connections:
         return None
 
     async def connect(self, timeout: float) -> Connection:
-        """A new connection; ``TimeoutError`` or ``OSError`` when none can be made."""
+        """A new connection, to the first of the host's addresses that takes one;
+        ``TimeoutError`` or ``OSError`` when none can be made."""
         loop = asyncio.get_running_loop()
-        connection = Connection(self.replica_id, loop)
         target = self.target
         async with asyncio.timeout(timeout):
-            await loop.create_connection(lambda: connection, target.host, target.port,
-                                         ssl=target.ssl)
-        return connection
+            failure: OSError | None = None
+            for family, address, port in await self._resolve(loop):
+                try:
+                    _, connection = await loop.create_connection(
+                        functools.partial(Connection, self.replica_id, loop), address, port,
+                        family=family, ssl=target.ssl,
+                        server_hostname=target.host if target.ssl else None)
+                    return connection
+                except OSError as exc:
+                    failure = exc
+            self._resolved_at = 0.0  # the replica may have moved: look it up again next time
+            raise failure or OSError(f"{target.host} has no address")
+
+    async def _resolve(self, loop: asyncio.AbstractEventLoop) -> list[tuple[int, str, int]]:
+        """The host's addresses, looked up at most once per ``DNS_TTL`` (as aiohttp's
+        resolver cache did), one lookup shared by every connection a burst opens meanwhile."""
+        if self._addresses and loop.time() - self._resolved_at < DNS_TTL:
+            return self._addresses
+        if self._lookup is None:
+            self._lookup = asyncio.ensure_future(self._look_up(loop))
+            # retrieved even when every connect that waited on it timed out first
+            self._lookup.add_done_callback(lambda done: done.cancelled() or done.exception())
+        lookup = self._lookup
+        try:
+            return await asyncio.shield(lookup)
+        finally:
+            if lookup.done() and self._lookup is lookup:
+                self._lookup = None
+
+    async def _look_up(self, loop: asyncio.AbstractEventLoop) -> list[tuple[int, str, int]]:
+        target = self.target
+        found = await loop.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
+        self._addresses = [(family, str(sockaddr[0]), int(sockaddr[1]))
+                           for family, _, _, _, sockaddr in found]
+        self._resolved_at = loop.time()
+        return self._addresses
 
     def put(self, connection: Connection) -> None:
         idle = self._idle

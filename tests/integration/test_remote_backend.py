@@ -223,3 +223,52 @@ async def test_no_status_line_in_time_is_a_timeout_and_the_request_is_abandoned(
         # closing the connection is how vLLM learns to abort the request
         assert await asyncio.wait_for(abandoned, GUARD)
     assert len(server.seen) == 1  # a timeout is not resent
+
+
+# --- host names ----------------------------------------------------------------------
+
+@pytest.fixture
+async def lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The host names the running loop is asked to resolve."""
+    loop = asyncio.get_running_loop()
+    asked: list[str] = []
+    resolve = loop.getaddrinfo
+
+    async def counted(host: str, *args: object, **kwargs: object) -> object:
+        asked.append(host)
+        return await resolve(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loop, "getaddrinfo", counted)
+    return asked
+
+
+async def test_a_burst_of_new_connections_to_a_named_replica_looks_it_up_once(
+        remote_backend: MakeBackend, lookups: list[str]) -> None:
+    # "localhost" may name ::1 first, where nothing listens: the next address is tried.
+    release = asyncio.Event()
+
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await release.wait()  # every request holds its connection: 8 connections
+        await connection.send(response(200, b"{}"))
+
+    async with scripted_server(script) as server:
+        backend = remote_backend(server.url.replace("127.0.0.1", "localhost"))
+        sends = [asyncio.ensure_future(backend.send(PATH, BODY, {})) for _ in range(8)]
+        async with asyncio.timeout(GUARD):
+            while len(server.seen) < 8:
+                await asyncio.sleep(0.01)
+        release.set()
+        for upstream in await asyncio.gather(*sends):
+            assert await upstream.read() == b"{}"
+    assert len(server.connections) == 8
+    assert lookups == ["localhost"]
+
+
+async def test_a_replica_that_cannot_be_reached_is_looked_up_again(
+        remote_backend: MakeBackend, lookups: list[str]) -> None:
+    backend = remote_backend(f"http://localhost:{free_port()}")
+    for _ in range(2):
+        with pytest.raises(ReplicaUnavailable, match="cannot connect"):
+            await asyncio.wait_for(backend.send(PATH, BODY, {}), GUARD)
+    assert lookups == ["localhost", "localhost"]
