@@ -89,6 +89,7 @@ class Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self.lost = False
         self.idle_since = 0.0
+        self._reading_paused = False
         self._begin()
 
     def _begin(self) -> None:
@@ -102,7 +103,6 @@ class Connection(asyncio.Protocol):
         self.error: EngineError | None = None
         self._queue: collections.deque[bytes] = collections.deque()
         self._queued = 0
-        self._reading_paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._write: Write | None = None
         self._write_blocked = False
@@ -317,6 +317,7 @@ class Body:
         self._timer.cancel()
         connection = self._connection
         if connection.reusable:
+            connection._resume()  # paused if its end came in while a reader lagged behind
             self._pool.put(connection)
         else:
             connection.abort()

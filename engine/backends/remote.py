@@ -39,13 +39,14 @@ def _unreached(replica_id: str, attempt: int, message: str) -> ReplicaUnavailabl
 
 class RemoteBackend:
     def __init__(self, replica_id: str, base_url: str, timeouts: Timeouts,
-                 max_connections: int = 1000, api_key: str | None = None) -> None:
+                 max_idle: int = 1000, api_key: str | None = None) -> None:
+        """``max_idle``: the most kept-alive connections held for reuse. Connections in
+        use are not capped here: the gateway's own connection limit bounds its requests."""
         self.replica_id = replica_id
         self.base_url = base_url.rstrip("/")
         self.timeouts = timeouts
-        self.max_connections = max_connections
         self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        self._pool = Connections(replica_id, Target(self.base_url), max_connections)
+        self._pool = Connections(replica_id, Target(self.base_url), max_idle)
 
     async def send(self, path: str, body: bytes, headers: Mapping[str, str],
                    method: str = "POST") -> UpstreamResponse:

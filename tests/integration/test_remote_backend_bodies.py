@@ -136,6 +136,30 @@ async def test_a_stream_cut_off_by_the_replica_is_broken_after_what_arrived(
 
 # --- whole (non-streaming) bodies ------------------------------------------------------
 
+async def test_a_large_body_read_slowly_arrives_whole_and_its_connection_is_reused(
+        remote_backend: MakeBackend) -> None:
+    # 4 MiB, more than is queued before reading from the replica pauses: the reader
+    # that lags behind resumes it, and the connection is left as it found it.
+    body = bytes(range(256)) * 4096 * 4
+
+    async def script(connection: Connection) -> None:
+        while await connection.read_request() is not None:
+            await connection.send(response(200, body))
+
+    async with scripted_server(script) as server:
+        backend = remote_backend(server.url)
+        for _ in range(2):
+            upstream = await backend.send(PATH, b"{}", {})
+            received: list[bytes] = []
+            async with asyncio.timeout(GUARD):
+                async for data in upstream.chunks:
+                    received.append(data)
+                    await asyncio.sleep(0)  # a reader that lets the loop run between reads
+            await upstream.close()
+            assert b"".join(received) == body
+    assert len(server.connections) == 1
+
+
 @pytest.mark.parametrize("how", ["close", "reset"])
 async def test_a_body_cut_short_of_its_length_is_broken(
         how: str, remote_backend: MakeBackend) -> None:
