@@ -11,6 +11,16 @@ releases what the request acquired (the proxy's: the replica lease, the
 upstream response). Its ``send`` is the server's own: the front door
 (``gateway.request.front``) puts no middleware between, so none of the
 chunks a busy gateway relays (thousands a second) passes through a wrapper.
+
+After the first chunk, a stream whose upstream can ``pour`` (the remote
+backend: ``engine.backends.h1``) on a server that offers a ``BodyWriter`` (the
+ASGI extension ``prefixgate.body_writer``: ``gateway.server.http``) is not
+iterated at all: every chunk goes from the replica's connection to the
+client's in the call that parsed it, and a client whose buffer is full
+pauses the reading from the replica until it has room. Elsewhere
+(in-process engines, test transports) the chunks are iterated and sent one
+by one.
+
 A disconnect is noticed by listening on ``receive`` while relaying, and it
 cancels the relay, which closes the upstream connection: vLLM then aborts
 the request and frees its KV blocks.
