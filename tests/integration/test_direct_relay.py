@@ -69,6 +69,16 @@ async def serving(app: Relay) -> AsyncIterator[str]:
         await asyncio.wait_for(task, GUARD)
 
 
+async def raw_request(url: str, extra_headers: bytes = b""
+                      ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A streamed request sent on a plain socket, which reads only when the test says."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-length: 2\r\n"
+                 + extra_headers + b"\r\n{}")
+    await writer.drain()
+    return reader, writer
+
+
 def dechunk(raw: bytes) -> bytes:
     """A chunked HTTP/1.1 body (after the head), checked as it is taken apart."""
     out: list[bytes] = []
@@ -124,10 +134,7 @@ async def test_a_client_that_does_not_read_holds_the_replica_back_then_gets_ever
     async with scripted_server(script) as replica:
         app = Relay(RemoteBackend("r1", replica.url, Timeouts()))
         async with serving(app) as url:
-            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
-            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
-                         b"content-length: 2\r\nconnection: close\r\n\r\n{}")
-            await writer.drain()
+            reader, writer = await raw_request(url, b"connection: close\r\n")
             await asyncio.sleep(1.0)  # not reading
             held_at = sent[0]
             await asyncio.sleep(0.3)
@@ -154,10 +161,7 @@ async def test_a_client_that_leaves_mid_stream_closes_the_replicas_connection() 
     async with scripted_server(script) as replica:
         app = Relay(RemoteBackend("r1", replica.url, Timeouts()))
         async with serving(app) as url:
-            reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1]))
-            writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
-                         b"content-length: 2\r\n\r\n{}")
-            await writer.drain()
+            reader, writer = await raw_request(url)
             async with asyncio.timeout(GUARD):
                 assert b"data: 1" in await reader.readuntil(b"data: 1\n\n")
             writer.close()

@@ -15,6 +15,7 @@ from tests.support.scripted_http import (
     STREAM_END,
     STREAM_HEAD,
     Connection,
+    Script,
     chunk,
     response,
     scripted_server,
@@ -35,15 +36,69 @@ async def receive(upstream: UpstreamResponse, into: list[bytes]) -> None:
             into.append(data)
 
 
-# --- streams ---------------------------------------------------------------------------
+def events_then_silence(n: int, closed: asyncio.Future[bool]) -> Script:
+    """A replica that answers a stream's head and its first ``n`` events, then sends
+    nothing more; ``closed`` is set once the client closes the connection."""
+    async def script(connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD + b"".join(chunk(event) for event in EVENTS[:n]))
+        closed.set_result(await connection.closed_by_client())
+    return script
 
+
+class Writer:
+    """A client's connection as ``pour`` sees it: takes chunks, full while ``blocked``
+    (from the first chunk that takes it past ``block_after`` bytes on)."""
+
+    def __init__(self, block_after: int | None = None) -> None:
+        self.received: list[bytes] = []
+        self.size = 0
+        self.block_after = block_after
+        self.blocked = False
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def write(self, data: bytes) -> bool:
+        self.received.append(data)
+        self.size += len(data)
+        if self.block_after is not None and self.size > self.block_after:
+            self.block_after = None
+            self.block()
+        return not self.blocked
+
+    async def drain(self) -> None:
+        await self.room.wait()
+
+    def block(self) -> None:
+        self.blocked = True
+        self.room.clear()
+
+    def unblock(self) -> None:
+        self.blocked = False
+        self.room.set()
+
+    @property
+    def bytes(self) -> bytes:
+        return b"".join(self.received)
+
+
+async def pour(upstream: UpstreamResponse, writer: Writer) -> None:
+    assert upstream.pour is not None
+    async with asyncio.timeout(GUARD):
+        await upstream.pour(writer.write, writer.drain)
+
+
+# --- streams (read chunk by chunk, or poured: each chunk handed to a writer as it is parsed)
+
+@pytest.mark.parametrize("poured", [False, True])
 async def test_a_whole_stream_arrives_and_its_connection_serves_the_next_request(
-        remote_backend: MakeBackend) -> None:
+        poured: bool, remote_backend: MakeBackend) -> None:
     async def script(connection: Connection) -> None:
         while await connection.read_request() is not None:
             await connection.send(STREAM_HEAD)
             for event in EVENTS:
                 await connection.send(chunk(event))
+                await asyncio.sleep(0.01)
             await connection.send(STREAM_END)
 
     async with scripted_server(script) as server:
@@ -52,45 +107,60 @@ async def test_a_whole_stream_arrives_and_its_connection_serves_the_next_request
             upstream = await backend.send(PATH, b"{}", {})
             assert upstream.headers["content-type"] == "text/event-stream"
             received: list[bytes] = []
-            await receive(upstream, received)
+            if poured:  # the first chunk read as the proxy reads it, the rest poured
+                received.append(await anext(upstream.chunks))
+                writer = Writer()
+                await pour(upstream, writer)
+                received.extend(writer.received)
+            else:
+                await receive(upstream, received)
             await upstream.close()
             assert b"".join(received) == b"".join(EVENTS)
     assert len(server.connections) == 1
 
 
+@pytest.mark.parametrize("poured", [False, True])
 async def test_a_stream_given_up_half_way_closes_its_connection(
-        remote_backend: MakeBackend) -> None:
+        poured: bool, remote_backend: MakeBackend) -> None:
     # Closing the connection is how vLLM learns to abort the generation.
     closed = asyncio.get_running_loop().create_future()
-
-    async def script(connection: Connection) -> None:
-        await connection.read_request()
-        await connection.send(STREAM_HEAD + chunk(EVENTS[0]))
-        closed.set_result(await connection.closed_by_client())
+    script = events_then_silence(n=1, closed=closed)
 
     async with scripted_server(script) as server:
         upstream = await remote_backend(server.url).send(PATH, b"{}", {})
-        async for data in upstream.chunks:
-            assert data == EVENTS[0]
-            break
+        if poured:  # the client left: the relay pouring the stream is cancelled
+            writer = Writer()
+            task = asyncio.ensure_future(pour(upstream, writer))
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert writer.bytes == EVENTS[0]
+        else:
+            async for data in upstream.chunks:
+                assert data == EVENTS[0]
+                break
         await upstream.close()
         assert await asyncio.wait_for(closed, GUARD)
 
 
+@pytest.mark.parametrize("poured", [False, True])
 async def test_a_stalled_stream_times_out_after_the_idle_limit(
-        remote_backend: MakeBackend) -> None:
+        poured: bool, remote_backend: MakeBackend) -> None:
     closed = asyncio.get_running_loop().create_future()
-
-    async def script(connection: Connection) -> None:
-        await connection.read_request()
-        await connection.send(STREAM_HEAD + chunk(EVENTS[0]) + chunk(EVENTS[1]))
-        closed.set_result(await connection.closed_by_client())  # then nothing, ever
+    script = events_then_silence(n=2, closed=closed)
 
     async with scripted_server(script) as server:
         upstream = await remote_backend(server.url, idle=0.3).send(PATH, b"{}", {})
         received: list[bytes] = []
         with pytest.raises(ReplicaTimeout, match="idle"):
-            await receive(upstream, received)
+            if poured:  # as the relay takes a stream after its first chunk
+                received.append(await anext(upstream.chunks))
+                writer = Writer()
+                writer.received = received
+                await pour(upstream, writer)
+            else:
+                await receive(upstream, received)
         assert b"".join(received) == EVENTS[0] + EVENTS[1]
         await upstream.close()
         assert await asyncio.wait_for(closed, GUARD)
@@ -188,71 +258,7 @@ async def test_a_body_that_stops_arriving_times_out_after_the_idle_limit(
             await asyncio.wait_for(upstream.read(), GUARD)
 
 
-# --- poured bodies: each chunk handed to a writer as it is parsed ----------------------
-
-class Writer:
-    """A client's connection as ``pour`` sees it: takes chunks, full while ``blocked``
-    (from the first chunk that takes it past ``block_after`` bytes on)."""
-
-    def __init__(self, block_after: int | None = None) -> None:
-        self.received: list[bytes] = []
-        self.size = 0
-        self.block_after = block_after
-        self.blocked = False
-        self.room = asyncio.Event()
-        self.room.set()
-
-    def write(self, data: bytes) -> bool:
-        self.received.append(data)
-        self.size += len(data)
-        if self.block_after is not None and self.size > self.block_after:
-            self.block_after = None
-            self.block()
-        return not self.blocked
-
-    async def drain(self) -> None:
-        await self.room.wait()
-
-    def block(self) -> None:
-        self.blocked = True
-        self.room.clear()
-
-    def unblock(self) -> None:
-        self.blocked = False
-        self.room.set()
-
-    @property
-    def bytes(self) -> bytes:
-        return b"".join(self.received)
-
-
-async def pour(upstream: UpstreamResponse, writer: Writer) -> None:
-    assert upstream.pour is not None
-    async with asyncio.timeout(GUARD):
-        await upstream.pour(writer.write, writer.drain)
-
-
-async def test_a_poured_stream_reaches_the_writer_whole_and_its_connection_serves_the_next(
-        remote_backend: MakeBackend) -> None:
-    async def script(connection: Connection) -> None:
-        while await connection.read_request() is not None:
-            await connection.send(STREAM_HEAD)
-            for event in EVENTS:
-                await connection.send(chunk(event))
-                await asyncio.sleep(0.01)
-            await connection.send(STREAM_END)
-
-    async with scripted_server(script) as server:
-        backend = remote_backend(server.url)
-        for _ in range(2):
-            upstream = await backend.send(PATH, b"{}", {})
-            first = await anext(upstream.chunks)  # as the proxy reads it, before the relay
-            writer = Writer()
-            await pour(upstream, writer)
-            await upstream.close()
-            assert first + writer.bytes == b"".join(EVENTS)
-    assert len(server.connections) == 1
-
+# --- poured streams: flow control, and a replica that goes away ------------------------
 
 async def test_a_full_writer_holds_the_replica_back_until_it_has_room(
         remote_backend: MakeBackend) -> None:
@@ -306,45 +312,3 @@ async def test_a_poured_stream_cut_off_by_the_replica_is_broken_after_what_arriv
     assert (EVENTS[0] + EVENTS[1]).startswith(writer.bytes)
     if how == "close":
         assert writer.bytes == EVENTS[0] + EVENTS[1]
-
-
-async def test_a_poured_stream_that_stalls_times_out_and_its_connection_is_closed(
-        remote_backend: MakeBackend) -> None:
-    closed = asyncio.get_running_loop().create_future()
-
-    async def script(connection: Connection) -> None:
-        await connection.read_request()
-        await connection.send(STREAM_HEAD + chunk(EVENTS[0]))
-        closed.set_result(await connection.closed_by_client())
-
-    async with scripted_server(script) as server:
-        upstream = await remote_backend(server.url, idle=0.3).send(PATH, b"{}", {})
-        writer = Writer()
-        with pytest.raises(ReplicaTimeout, match="idle"):
-            await pour(upstream, writer)
-        assert writer.bytes == EVENTS[0]
-        await upstream.close()
-        assert await asyncio.wait_for(closed, GUARD)
-
-
-async def test_a_poured_stream_given_up_half_way_closes_its_connection(
-        remote_backend: MakeBackend) -> None:
-    # The client left: the relay is cancelled, and vLLM must hear of it to abort.
-    closed = asyncio.get_running_loop().create_future()
-
-    async def script(connection: Connection) -> None:
-        await connection.read_request()
-        await connection.send(STREAM_HEAD + chunk(EVENTS[0]))
-        closed.set_result(await connection.closed_by_client())
-
-    async with scripted_server(script) as server:
-        upstream = await remote_backend(server.url).send(PATH, b"{}", {})
-        writer = Writer()
-        task = asyncio.ensure_future(pour(upstream, writer))
-        await asyncio.sleep(0.1)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await upstream.close()
-        assert await asyncio.wait_for(closed, GUARD)
-    assert writer.bytes == EVENTS[0]
