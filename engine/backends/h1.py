@@ -175,12 +175,12 @@ class Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         write = self._write
         if write is not None:
-            if not write(body) and not self._write_blocked:
+            if write(body):
+                self.waiting_since = self.loop.time()
+            elif not self._write_blocked:  # the client is full: the pour waits for room
                 self._write_blocked = True
                 self._pause()
                 self._wake()
-            else:
-                self.waiting_since = self.loop.time()
             return
         self._queue.append(body)
         self._queued += len(body)

@@ -21,10 +21,16 @@ from gateway.config import ServerSettings
 from gateway.request.streaming import BODY_WRITER, RelayEnd, RelayStream
 from gateway.server.http import protocol_class
 from tests.support.ports import free_port
-from tests.support.scripted_http import STREAM_END, STREAM_HEAD, Connection, chunk, scripted_server
+from tests.support.scripted_http import (
+    STREAM_END,
+    STREAM_HEAD,
+    Connection,
+    LongStream,
+    chunk,
+    scripted_server,
+)
 
 GUARD = 10.0
-PIECE = bytes(range(256)) * 256  # 64 KiB
 
 
 class Relay:
@@ -120,31 +126,22 @@ async def test_a_stream_arrives_whole_in_order_and_the_connection_serves_the_nex
 
 async def test_a_client_that_does_not_read_holds_the_replica_back_then_gets_every_byte(
 ) -> None:
-    total = 768  # 48 MiB: more than the sockets' buffers on the way hold
-    sent = [0]
+    stream = LongStream(768)  # 48 MiB: more than the sockets' buffers on the way hold
 
-    async def script(connection: Connection) -> None:
-        await connection.read_request()
-        await connection.send(STREAM_HEAD)
-        for _ in range(total):
-            await connection.send(chunk(PIECE))
-            sent[0] += 1
-        await connection.send(STREAM_END)
-
-    async with scripted_server(script) as replica:
+    async with scripted_server(stream) as replica:
         app = Relay(RemoteBackend("r1", replica.url, Timeouts()))
         async with serving(app) as url:
             reader, writer = await raw_request(url, b"connection: close\r\n")
             await asyncio.sleep(1.0)  # not reading
-            held_at = sent[0]
+            held_at = stream.sent
             await asyncio.sleep(0.3)
-            assert sent[0] == held_at < total // 2
+            assert stream.sent == held_at < stream.pieces // 2
             async with asyncio.timeout(GUARD * 3):
                 raw = await reader.read()
             writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
-    assert dechunk(body) == PIECE * total
+    assert dechunk(body) == stream.body
     assert [end.error for end in app.ends] == [None]
 
 

@@ -104,6 +104,31 @@ class Connection:
 Script = Callable[[Connection], Awaitable[None]]
 
 
+class LongStream:
+    """A script that answers one request with ``pieces`` chunks of ``piece``, counting the
+    chunks its writes got through (``sent``: a client that does not read stops them once
+    the sockets' buffers are full) and noting when the whole stream went out (``finished``)."""
+
+    def __init__(self, pieces: int, piece: bytes = bytes(range(256)) * 256) -> None:
+        self.pieces = pieces
+        self.piece = piece
+        self.sent = 0
+        self.finished = asyncio.Event()
+
+    @property
+    def body(self) -> bytes:
+        return self.piece * self.pieces
+
+    async def __call__(self, connection: Connection) -> None:
+        await connection.read_request()
+        await connection.send(STREAM_HEAD)
+        for _ in range(self.pieces):
+            await connection.send(chunk(self.piece))
+            self.sent += 1
+        await connection.send(STREAM_END)
+        self.finished.set()
+
+
 @dataclass(slots=True)
 class ScriptedServer:
     url: str
