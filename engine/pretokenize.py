@@ -6,6 +6,9 @@ with Qwen3's tokenizer. For the GPT-style byte-level BPE tokenizers (GPT-2, Qwen
 Llama 3, DeepSeek, SmolLM2) every pre-token is encoded on its own, so the same ids come
 from splitting with the same regex in Python and looking each word up in a memo (a new
 word: the tokenizer's own BPE model, ``Model.tokenize``, on its byte-level form).
+Longer texts gain as much: 4-5x less CPU for 4k-32k characters of docs and code with
+the memo empty. A long text can be encoded in slices, with a pause between them
+(``FastPretokenizer.encode``'s ``pause``) where a worker thread gives the GIL up.
 
 What keeps this exact, and where it gives way to the Rust tokenizer:
 
@@ -42,6 +45,10 @@ WORD_MEMO_WORDS = 100_000
 
 WORD_MEMO_CHARS = 64
 """Longer words (whitespace or punctuation runs, long identifiers) are encoded, not kept."""
+
+SLICE_WORDS = 1024
+"""Words encoded between two pauses of a sliced encoding (``FastPretokenizer.encode``
+with ``pause``): about 4,000 characters of English, 0.2-0.5 ms."""
 
 _ALLOWED_CHARS = "\t\n\r" + "".join(chr(c) for c in range(0x20, 0x7F))
 _OUTSIDE = re.compile(r"[^\t\n\r\x20-\x7e]")
@@ -155,18 +162,19 @@ def python_pattern(pattern: str) -> tuple[str, bool]:
     return "".join(out), plain_re
 
 
-def compile_split(pattern: str) -> Callable[[str], list[str]]:
-    """``findall`` of the split pattern, for text of the fast path's characters."""
+def compile_split(pattern: str) -> re.Pattern[str]:
+    """The split pattern compiled, for text of the fast path's characters (``re``, or
+    the ``regex`` module's pattern, which has the same ``findall`` and ``finditer``)."""
     translated, plain_re = python_pattern(pattern)
     if plain_re:
         try:
-            return re.compile(translated).findall
+            return re.compile(translated)
         except re.error as exc:
             raise Unsupported(f"Python cannot compile the split pattern ({exc})") from exc
     import regex  # only for properties beyond \p{L} and \p{N}
 
     try:
-        return regex.compile(translated).findall
+        return regex.compile(translated)
     except regex.error as exc:
         raise Unsupported(f"the regex module cannot compile the split pattern ({exc})") from exc
 
@@ -256,7 +264,11 @@ class FastPretokenizer:
         if tokenizer.truncation is not None or tokenizer.padding is not None:
             raise Unsupported("truncation or padding is set")
         _check_normalizer(_state(tokenizer.normalizer))
-        self._split = compile_split(_split_pattern(_state(tokenizer.pre_tokenizer)))
+        split = compile_split(_split_pattern(_state(tokenizer.pre_tokenizer)))
+        self._split = split.findall
+        """One call in C: the fastest for a text encoded in one go."""
+        self._finditer = split.finditer
+        """Match by match: a sliced encoding pauses between them."""
         self.specials_free = _adds_nothing(_state(tokenizer.post_processor))
         """Whether ``add_special_tokens=True`` gives the same ids (nothing is added)."""
         self._model = tokenizer.model
@@ -279,11 +291,18 @@ class FastPretokenizer:
         self.encodes = 0
         """Texts encoded here (not by the Rust tokenizer)."""
 
-    def encode(self, text: str) -> list[int] | None:
+    def encode(self, text: str, pause: Callable[[], object] | None = None) -> list[int] | None:
         """The ids ``Tokenizer.encode(text, add_special_tokens=False)`` gives, or None
-        when this text is not one the fast path takes."""
+        when this text is not one the fast path takes.
+
+        With ``pause``, the text is split and encoded a slice of :data:`SLICE_WORDS`
+        words at a time, and ``pause`` is called between slices: a long text encoded
+        in a worker thread gives the GIL up there (``time.sleep(0)``), so the event
+        loop never waits for the whole text."""
         if not text.isascii() or _OUTSIDE.search(text) is not None or self._has_added(text):
             return None
+        if pause is not None:
+            return self._encode_sliced(text, pause)
         words = self._split(text)
         if sum(map(len, words)) != len(text):  # text between matches: pieces of their own
             return None
@@ -297,10 +316,31 @@ class FastPretokenizer:
         self.encodes += 1
         return out
 
-    def encode_with_offsets(self, text: str) -> tuple[list[int], FastOffsets] | None:
+    def _encode_sliced(self, text: str, pause: Callable[[], object]) -> list[int] | None:
+        out: list[int] = []
+        get = self._memo.get
+        end = 0
+        for count, match in enumerate(self._finditer(text), 1):
+            if match.start() != end:  # text between matches: pieces of their own
+                return None
+            word = match.group()
+            end = match.end()
+            ids = get(word)
+            if ids is None:
+                ids = self._word(word)
+            out += ids
+            if count % SLICE_WORDS == 0:
+                pause()
+        if end != len(text):
+            return None
+        self.encodes += 1
+        return out
+
+    def encode_with_offsets(self, text: str, pause: Callable[[], object] | None = None,
+                            ) -> tuple[list[int], FastOffsets] | None:
         """``encode``'s ids and their character spans (what ``Encoding`` gives the piece
         reuse: ``char_to_token``, ``token_to_chars``), or None as ``encode``."""
-        ids = self.encode(text)
+        ids = self.encode(text, pause)
         if ids is None:
             return None
         return ids, FastOffsets(ids, self._token_chars)

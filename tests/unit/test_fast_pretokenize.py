@@ -1,18 +1,21 @@
-"""``engine.pretokenize``: short ASCII texts encoded in Python give exactly the Rust
+"""``engine.pretokenize``: ASCII texts encoded in Python give exactly the Rust
 tokenizer's ids, for real tokenizers (the bundled Qwen3 one, GPT-2-style ones built here,
 SmolLM2's when it is on disk), and every tokenizer or text it cannot be sure of goes to
 the Rust tokenizer."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import shutil
 import string
 from pathlib import Path
+from typing import Any
 
 import pytest
+from tokenizers import Regex as tokenizers_regex
 from tokenizers import (
     Tokenizer,
     decoders,
@@ -24,6 +27,7 @@ from tokenizers import (
 )
 
 from engine import pretokenize
+from engine import tokenizer as engine_tokenizer
 from engine.pretokenize import Unsupported, python_pattern
 from engine.tokenizer import RELEASE_GIL_CHARS, HFRenderer
 
@@ -127,10 +131,12 @@ def test_the_fast_path_is_taken_for_qwen_on_ascii_text(qwen: HFRenderer) -> None
     assert qwen.text_token_ids(text, add_special_tokens=True) == rust_ids(qwen, text, True)
     assert qwen.chat_token_ids({"messages": [{"role": "user", "content": "hi"}]})
     assert fast.encodes == before + 2  # the chat prompt holds <|im_start|>: the Rust path
-    for other in ("café au lait", "tab\x0bvertical", "file\x1cseparator", "<|im_start|>user",
-                  "a" * RELEASE_GIL_CHARS):
+    for other in ("café au lait", "tab\x0bvertical", "file\x1cseparator", "<|im_start|>user"):
         assert qwen.text_token_ids(other, add_special_tokens=False) == rust_ids(qwen, other)
     assert fast.encodes == before + 2
+    long = "a" * RELEASE_GIL_CHARS  # a long text too: it is what the fast path saves most on
+    assert qwen.text_token_ids(long, add_special_tokens=False) == rust_ids(qwen, long)
+    assert fast.encodes == before + 3
 
 
 def _fuzz_text(rng: random.Random, added: list[str]) -> str:
@@ -166,6 +172,105 @@ def test_random_texts_give_the_rust_tokenizers_ids(renderer: HFRenderer) -> None
         assert renderer.text_token_ids(text, add_special_tokens=True) == rust_ids(
             renderer, text, True), repr(text)
     assert fast.encodes - before > count // 2  # most texts went the fast way
+
+
+def _long_text(rng: random.Random, chars: int) -> str:
+    """ASCII prose and code of at least ``chars`` characters, all of it the fast path's."""
+    parts: list[str] = []
+    while sum(map(len, parts)) < chars:
+        parts.append(rng.choice([*TRAINING, *pretokenize.SELF_CHECK_SAMPLES]))
+        parts.append(rng.choice([" ", "\n", "\n\n", "  ", "\t", "", f" #{rng.randint(0, 9999)} "]))
+    return "".join(parts)
+
+
+def test_long_texts_are_encoded_in_slices_with_the_rust_tokenizers_ids(
+        renderer: HFRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long text takes the fast path too, a slice of words at a time with a pause
+    between slices (where a worker thread gives the GIL up to the event loop); the ids
+    and the spans are the Rust tokenizer's all the same."""
+    fast = renderer.pretokenizer
+    assert fast is not None
+    pauses: list[int] = []
+    monkeypatch.setattr(engine_tokenizer, "_release_gil", lambda: pauses.append(1))
+    rng = random.Random(11)
+    for chars in (RELEASE_GIL_CHARS, 3 * RELEASE_GIL_CHARS, 40_000):
+        text = _long_text(rng, chars)
+        words = len(fast._split(text))
+        before, paused = fast.encodes, len(pauses)
+        assert renderer.text_token_ids(text, add_special_tokens=False) == rust_ids(renderer, text)
+        assert fast.encodes == before + 1
+        assert len(pauses) - paused == words // pretokenize.SLICE_WORDS > 0
+        ids, offsets = renderer.encode_with_offsets(text) or ([], None)
+        encoding = renderer._encode(text, False)
+        assert ids == list(encoding.ids) and isinstance(offsets, pretokenize.FastOffsets)
+        for position in range(0, len(text), 97):
+            assert offsets.char_to_token(position) == encoding.char_to_token(position)
+    paused = len(pauses)
+    short = _long_text(rng, 200)[:RELEASE_GIL_CHARS - 1]
+    assert renderer.text_token_ids(short, add_special_tokens=False) == rust_ids(renderer, short)
+    assert len(pauses) == paused  # a short text is encoded in one go
+
+
+class _CountingRust:
+    """The Rust tokenizer, saying which of its calls each encoding took."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.calls: list[str] = []
+
+    def encode(self, text: str, **kwargs: Any) -> Any:
+        self.calls.append("encode")
+        return self.tokenizer.encode(text, **kwargs)
+
+    def encode_batch(self, texts: list[str], **kwargs: Any) -> Any:
+        self.calls.append("encode_batch")  # the one that releases the GIL
+        return self.tokenizer.encode_batch(texts, **kwargs)
+
+
+def test_a_long_text_gives_the_gil_up_in_a_worker_thread_never_on_the_event_loop(
+        qwen: HFRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the loop's thread, giving the GIL up lets a busy thread (the linter) keep it for
+    a switch interval before the loop gets it back: there a long text is encoded in one
+    go, by the Rust tokenizer too (``encode``, not the ``encode_batch`` that releases it)."""
+    pauses: list[int] = []
+    monkeypatch.setattr(engine_tokenizer, "_release_gil", lambda: pauses.append(1))
+    text = _long_text(random.Random(5), 3 * RELEASE_GIL_CHARS)
+    expected = rust_ids(qwen, text)
+
+    async def on_the_loop(text: str) -> list[int]:
+        return qwen.text_token_ids(text, add_special_tokens=False)
+
+    assert asyncio.run(on_the_loop(text)) == expected and pauses == []
+    assert asyncio.run(asyncio.to_thread(qwen.text_token_ids, text, False)) == expected
+    assert pauses
+
+    wide = text + " café"  # not the fast path's: the Rust tokenizer's
+    expected = rust_ids(qwen, wide)
+    rust = _CountingRust(qwen._tokenizer)
+    monkeypatch.setattr(qwen, "_tokenizer", rust)
+    assert asyncio.run(on_the_loop(wide)) == expected and rust.calls == ["encode"]
+    assert asyncio.run(asyncio.to_thread(qwen.text_token_ids, wide, False)) == expected
+    assert rust.calls == ["encode", "encode_batch"]
+
+
+def test_a_split_that_leaves_text_between_matches_is_not_taken_sliced_or_not(
+        tmp_path: Path) -> None:
+    """Text no match of the split covers is a piece of its own in the Rust tokenizer: the
+    fast path refuses such a text both ways (one ``findall`` and match by match)."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(tokenizers_regex(r"\p{L}+"), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    _train(tokenizer, ["<|endoftext|>"], pre_tokenizers.ByteLevel.alphabet())
+    fast = pretokenize.FastPretokenizer(tokenizer, ["<|endoftext|>"])
+    def pause() -> None:
+        pass
+
+    assert fast.encode("letters only") is None  # the space between the words
+    assert fast.encode("letters only", pause) is None
+    assert fast.encode("letters") == fast.encode("letters", pause) is not None
+    assert fast.encode("letters " * 3000) is None
+    assert fast.encode("letters " * 3000, pause) is None
 
 
 def test_added_tokens_of_any_shape_take_the_rust_path(tmp_path: Path) -> None:
