@@ -10,6 +10,8 @@
                                 (record, fit, replay, re-run for real: issue 28)
     python -m loadtest profile  --pid PID --duration 30 --out DIR
                                 (where a running gateway's time goes, by stage: py-spy)
+    python -m loadtest cold-prompts [--policy P --peers LIST --warm] --out DIR
+                                (what each router adds to a new prompt's TTFT)
     python -m loadtest workloads    list the workloads and their parameters
 
 Every load goes to 127.0.0.1 (the simulated or vLLM-on-CPU replicas and routers
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import httpx
 
+from loadtest.cold_prompts import add_parser as add_cold_prompts_parser
+from loadtest.cold_prompts import cold_prompts_command
 from loadtest.compare import compare_command
 from loadtest.loop import run
 from loadtest.machine import machine_info
@@ -144,6 +148,7 @@ def parser() -> argparse.ArgumentParser:
     add_vllm_bench_parser(commands)
     add_replay_check_parser(commands)
     add_profile_parser(commands)
+    add_cold_prompts_parser(commands)
     return root
 
 
@@ -210,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return replay_check_command(args, argv)
         if args.command == "profile":
             return profile_command(args)
+        if args.command == "cold-prompts":
+            return cold_prompts_command(args, argv)
         return compare_command(args, argv)
     except (ValueError, FileNotFoundError) as exc:
         print(f"loadtest: {exc}", file=sys.stderr)
