@@ -18,6 +18,8 @@ path's own work on a cold prompt:
 
 ``--warm``: the same system prompt for every step of a path (its first step not
 counted): what a path adds to a prompt it has seen, with the replica's cache warm.
+``--null-proxy`` adds a pass-through proxy on the gateway's server stack
+(``loadtest/null_proxy.py``): what the extra hop alone adds in Python.
 
 The first step of every path is a warm-up (discarded): a fresh process's first
 request pays for its imports and connections, on every path.
@@ -40,7 +42,7 @@ import httpx
 from loadtest import markdown
 from loadtest.contenders import ContenderSpec, ContenderUnavailable, launch
 from loadtest.machine import machine_info
-from loadtest.overhead import parse_peers, round_order
+from loadtest.overhead import NULL_PROXY, parse_peers, round_order, start_null_proxy
 from loadtest.processes import ServiceGroup
 from loadtest.sims import SimFleetSpec, start_sims
 from loadtest.summary import percentile
@@ -65,6 +67,9 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--warm", action="store_true",
                    help="one system prompt per path: a prompt each path has seen")
     p.add_argument("--sim-args", default="", help="extra flags for the replica")
+    p.add_argument("--null-proxy", action="store_true",
+                   help="also a pass-through proxy on the gateway's server stack "
+                        "(loadtest/null_proxy.py): what the extra hop alone adds")
 
 
 def body(model: str, path: str, step: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -158,6 +163,8 @@ def cold_prompts_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     with ServiceGroup() as group:
         replicas = start_sims(fleet, group, log_dir)
         urls = {DIRECT: replicas[0].url}
+        if args.null_proxy:
+            urls[NULL_PROXY] = start_null_proxy(replicas[0].url, group, log_dir)
         for spec in (*gateways, *peers):
             try:
                 urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(),
