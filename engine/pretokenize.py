@@ -6,9 +6,10 @@ with Qwen3's tokenizer. For the GPT-style byte-level BPE tokenizers (GPT-2, Qwen
 Llama 3, DeepSeek, SmolLM2) every pre-token is encoded on its own, so the same ids come
 from splitting with the same regex in Python and looking each word up in a memo (a new
 word: the tokenizer's own BPE model, ``Model.tokenize``, on its byte-level form).
-Longer texts gain as much: 4-5x less CPU for 4k-32k characters of docs and code with
-the memo empty. A long text can be encoded in slices, with a pause between them
-(``FastPretokenizer.encode``'s ``pause``) where a worker thread gives the GIL up.
+Longer texts gain too: 0.26-0.41x the Rust tokenizer's CPU on 4k-64k characters of
+docs and code with the memo empty (``python -m loadtest.tokenize_cost``). A long text
+can be encoded in slices, with a pause between them (``FastPretokenizer.encode``'s
+``pause``) where a worker thread gives the GIL up.
 
 What keeps this exact, and where it gives way to the Rust tokenizer:
 

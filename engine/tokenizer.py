@@ -237,9 +237,10 @@ class HFRenderer:
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The fast path takes what it can, whatever the length: it gives the same ids
-        for 4-5x less CPU than the Rust tokenizer, whose split regex dominates
-        (measured on the bundled Qwen3 tokenizer, 4k-32k characters of docs and code,
-        its word memo empty). A long text off the event loop's thread is encoded in slices
+        for a fraction of the Rust tokenizer's CPU, whose split regex dominates (the
+        bundled Qwen3 tokenizer on 4k-64k characters of docs and code: 0.26-0.41x with
+        its word memo empty, 0.20-0.26x warm; ``python -m loadtest.tokenize_cost``). A
+        long text off the event loop's thread is encoded in slices
         (:data:`RELEASE_GIL_CHARS`)."""
         fast = self.pretokenizer
         if fast is not None and (not add_special_tokens or fast.specials_free):
