@@ -51,6 +51,11 @@ SLICE_WORDS = 1024
 """Words encoded between two pauses of a sliced encoding (``FastPretokenizer.encode``
 with ``pause``): about 4,000 characters of English, 0.2-0.5 ms."""
 
+SLICE_WORD_CHARS = 2048
+"""The longest word a sliced encoding takes. A word is one call into the BPE model,
+which holds the GIL and cannot be cut (a run of 262k letters with no space held it
+95 ms); a text with a longer one goes to the Rust tokenizer, which releases it."""
+
 _ALLOWED_CHARS = "\t\n\r" + "".join(chr(c) for c in range(0x20, 0x7F))
 _OUTSIDE = re.compile(r"[^\t\n\r\x20-\x7e]")
 """A character the fast path does not take (non-ASCII, other controls, DEL)."""
@@ -299,7 +304,8 @@ class FastPretokenizer:
         With ``pause``, the text is split and encoded a slice of :data:`SLICE_WORDS`
         words at a time, and ``pause`` is called between slices: a long text encoded
         in a worker thread gives the GIL up there (``time.sleep(0)``), so the event
-        loop never waits for the whole text."""
+        loop never waits for the whole text. A text with a word longer than
+        :data:`SLICE_WORD_CHARS` is not taken sliced (None)."""
         if not text.isascii() or _OUTSIDE.search(text) is not None or self._has_added(text):
             return None
         if pause is not None:
@@ -326,6 +332,8 @@ class FastPretokenizer:
                 return None
             word = match.group()
             end = match.end()
+            if len(word) > SLICE_WORD_CHARS:
+                return None
             ids = get(word)
             if ids is None:
                 ids = self._word(word)

@@ -134,7 +134,7 @@ def test_the_fast_path_is_taken_for_qwen_on_ascii_text(qwen: HFRenderer) -> None
     for other in ("café au lait", "tab\x0bvertical", "file\x1cseparator", "<|im_start|>user"):
         assert qwen.text_token_ids(other, add_special_tokens=False) == rust_ids(qwen, other)
     assert fast.encodes == before + 2
-    long = "a" * RELEASE_GIL_CHARS  # a long text too: it is what the fast path saves most on
+    long = "a " * RELEASE_GIL_CHARS  # a long text too: it is what the fast path saves most on
     assert qwen.text_token_ids(long, add_special_tokens=False) == rust_ids(qwen, long)
     assert fast.encodes == before + 3
 
@@ -251,6 +251,30 @@ def test_a_long_text_gives_the_gil_up_in_a_worker_thread_never_on_the_event_loop
     assert asyncio.run(on_the_loop(wide)) == expected and rust.calls == ["encode"]
     assert asyncio.run(asyncio.to_thread(qwen.text_token_ids, wide, False)) == expected
     assert rust.calls == ["encode", "encode_batch"]
+
+
+def test_a_word_too_long_to_slice_goes_to_the_rust_tokenizer_in_a_worker_thread(
+        qwen: HFRenderer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One word is one call into the BPE model, which holds the GIL however long it is
+    (a run of letters with no space, as a hostile prompt may send): in a worker thread
+    such a text goes to the Rust tokenizer's ``encode_batch``, which lets the loop run.
+    A word at the bound is still sliced; on the loop's thread nothing changes."""
+    rust = _CountingRust(qwen._tokenizer)
+    monkeypatch.setattr(qwen, "_tokenizer", rust)
+    fast = qwen.pretokenizer
+    assert fast is not None
+    rng = random.Random(9)
+    # With the space before it, the word is a pre-token at the bound, then one over.
+    for length, taken in ((pretokenize.SLICE_WORD_CHARS - 1, True),
+                          (pretokenize.SLICE_WORD_CHARS, False)):
+        word = "".join(rng.choice(string.ascii_letters) for _ in range(length))
+        text = _long_text(rng, RELEASE_GIL_CHARS) + " " + word + " and more words."
+        expected = rust.tokenizer.encode(text, add_special_tokens=False).ids
+        rust.calls.clear()
+        before = fast.encodes
+        assert asyncio.run(asyncio.to_thread(qwen.text_token_ids, text, False)) == expected
+        assert (fast.encodes == before + 1) is taken
+        assert rust.calls == ([] if taken else ["encode_batch"])
 
 
 def test_a_split_that_leaves_text_between_matches_is_not_taken_sliced_or_not(
