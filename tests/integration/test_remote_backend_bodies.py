@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from engine.backends.base import UpstreamResponse
+from engine.backends.remote import RemoteBackend
 from engine.errors import ReplicaStreamBroken, ReplicaTimeout
 from tests.support.scripted_http import (
     STREAM_END,
@@ -95,6 +96,18 @@ async def take(upstream: UpstreamResponse, into: list[bytes], poured: bool) -> N
     await pour(upstream, writer)
 
 
+async def stream_twice(backend: RemoteBackend, poured: bool) -> list[tuple[str, bytes]]:
+    """Two streamed requests one after the other: each answer's content type and body."""
+    answers = []
+    for _ in range(2):
+        upstream = await backend.send(PATH, b"{}", {})
+        received: list[bytes] = []
+        await take(upstream, received, poured)
+        await upstream.close()
+        answers.append((upstream.headers.get("content-type", ""), b"".join(received)))
+    return answers
+
+
 async def pour(upstream: UpstreamResponse, writer: Writer) -> None:
     assert upstream.pour is not None
     async with asyncio.timeout(GUARD):
@@ -115,14 +128,8 @@ async def test_a_whole_stream_arrives_and_its_connection_serves_the_next_request
             await connection.send(STREAM_END)
 
     async with scripted_server(script) as server:
-        backend = remote_backend(server.url)
-        for _ in range(2):
-            upstream = await backend.send(PATH, b"{}", {})
-            assert upstream.headers["content-type"] == "text/event-stream"
-            received: list[bytes] = []
-            await take(upstream, received, poured)
-            await upstream.close()
-            assert b"".join(received) == b"".join(EVENTS)
+        answers = await stream_twice(remote_backend(server.url), poured)
+    assert answers == [("text/event-stream", b"".join(EVENTS))] * 2
     assert len(server.connections) == 1
 
 
@@ -142,13 +149,8 @@ async def test_a_stream_without_length_or_chunks_ends_where_its_connection_does(
             return
 
     async with scripted_server(script) as server:
-        backend = remote_backend(server.url)
-        for _ in range(2):
-            upstream = await backend.send(PATH, b"{}", {})
-            received: list[bytes] = []
-            await take(upstream, received, poured)
-            await upstream.close()
-            assert b"".join(received) == b"".join(EVENTS)
+        answers = await stream_twice(remote_backend(server.url), poured)
+    assert answers == [("text/event-stream", b"".join(EVENTS))] * 2
     assert len(server.connections) == 2
 
 
