@@ -45,6 +45,8 @@ import jinja2.nodes
 import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine.template_shapes import TemplateShapes
+
 REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 """Names a message's reasoning comes under; templates read the first (gpt-oss's: ``thinking``)."""
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
@@ -231,10 +233,14 @@ class ChatTemplates:
     """Templates kept compiled, least recently used out: a request may bring its own
     ``chat_template``, so the cache must not grow with what clients send."""
 
-    def __init__(self) -> None:
+    def __init__(self, fill: bool = True) -> None:
+        """``fill``: render a shape of conversation seen before from its recipe
+        (``engine.template_shapes``); False renders every conversation whole."""
         self._env = sandbox()
         self._compiled: OrderedDict[str, jinja2.Template] = OrderedDict()
         self._lock = threading.Lock()  # renders run on the loop and in worker threads
+        self.shapes = TemplateShapes() if fill else None
+        """Recipes of the shapes of conversation seen (``engine.template_shapes``)."""
 
     def compiled(self, text: str) -> jinja2.Template:
         with self._lock:
@@ -267,10 +273,14 @@ class ChatTemplates:
             if not chat:
                 raise ChatTemplateError("continue_final_message is set but there is no message")
             final = _open_final(chat, text)
+        template = self.compiled(text)
+        context = dict(messages=chat, tools=list(tools) if tools is not None else None,
+                       documents=None, add_generation_prompt=add_generation_prompt, **variables)
         try:
-            rendered = self.compiled(text).render(
-                messages=chat, tools=list(tools) if tools is not None else None, documents=None,
-                add_generation_prompt=add_generation_prompt, **variables)
+            if continue_final_message or self.shapes is None:
+                rendered = template.render(context)
+            else:
+                rendered = self.shapes.render(text, context, template.render)
         except jinja2.TemplateError as exc:
             raise ChatTemplateError(str(exc)) from exc
         return _cut_open(rendered, final) if continue_final_message else rendered

@@ -31,6 +31,7 @@ from tokenizers import AddedToken, Encoding, Tokenizer
 
 from engine import pretokenize
 from engine.chat_template import ChatTemplates, read_chat_templates, special_tokens, token_text
+from engine.template_shapes import TemplateShapes
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,11 @@ class HFRenderer:
     @property
     def has_chat_template(self) -> bool:
         return bool(self._chat_template or self._templates)
+
+    @property
+    def template_shapes(self) -> TemplateShapes | None:
+        """The chat template's recipes by shape of conversation (``engine.template_shapes``)."""
+        return self._sandbox.shapes
 
     def render_chat(self, request: Mapping[str, Any]) -> str:
         try:  # anything a request body holds that the template cannot take is a RenderError

@@ -269,9 +269,20 @@ class HasherCollector(Collector):
         failures = CounterMetricFamily(
             "prefixgate_render_audit_failures",
             "Sampled incremental renders that disagreed with a full render.", labels=["model"])
+        fills = CounterMetricFamily(
+            "prefixgate_template_fills",
+            "Chat renders made from the recipe of a shape of conversation seen before.",
+            labels=["model"])
+        fill_failures = CounterMetricFamily(
+            "prefixgate_template_fill_failures",
+            "Sampled recipe fills that disagreed with a full render (one turns filling off "
+            "for that template).", labels=["model"])
         for model, hasher in self.hashers.items():
             memo = hasher.conversations
             enabled.add_metric([model], 1.0 if memo is not None and memo.enabled else 0.0)
             renders.add_metric([model], memo.incremental if memo is not None else 0)
             failures.add_metric([model], memo.audit_failures if memo is not None else 0)
-        yield from (info, enabled, renders, failures)
+            shapes = getattr(hasher.renderer, "template_shapes", None)
+            fills.add_metric([model], shapes.fills if shapes is not None else 0)
+            fill_failures.add_metric([model], shapes.audit_failures if shapes is not None else 0)
+        yield from (info, enabled, renders, failures, fills, fill_failures)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -200,5 +201,9 @@ def test_a_long_conversation_is_routed_from_its_known_turns(four_sims) -> None:
         assert f'prefixgate_incremental_render_enabled{{model="{MODEL}"}} 1.0' in metrics
         assert f'prefixgate_incremental_renders_total{{model="{MODEL}"}} 7.0' in metrics
         assert f'prefixgate_render_audit_failures_total{{model="{MODEL}"}} 0.0' in metrics
+        # each follow-up's new messages have one shape: filled from its recipe, and right
+        fills = re.search(rf'prefixgate_template_fills_total{{model="{MODEL}"}} (\S+)', metrics)
+        assert fills is not None and float(fills.group(1)) >= 5
+        assert f'prefixgate_template_fill_failures_total{{model="{MODEL}"}} 0.0' in metrics
     finally:
         gw.stop()
