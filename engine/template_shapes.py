@@ -7,10 +7,11 @@ a template writes does not depend on what the messages say, only on their
 structure: how many there are, their roles, tools, the template's variables.
 The text of each message goes in as a whole, sometimes trimmed.
 
-So the first request of a *shape* (everything the template sees except the
-messages' ``content`` strings) is also rendered once more with each content
-string replaced by a stand-in, a ``str`` whose text is a marker and which
-records what the template does with it (``_Hole``):
+So the second request of a *shape* (everything the template sees except the
+messages' ``content`` strings; a shape seen once, such as one holding a tool
+call's id, may never come back, so the first only notes it) is also rendered
+once more with each content string replaced by a stand-in, a ``str`` whose
+text is a marker and which records what the template does with it (``_Hole``):
 
 * **written out** (``{{ content }}``, ``+``, ``~``, ``join``): the marker lands
   in the output, where the recipe puts the content back;
@@ -304,21 +305,21 @@ class TemplateShapes:
         key, contents = keyed
         with self._lock:
             shape = self._shapes.get(key)
-        if shape is not None:
-            if not shape.fillable:
-                return full(context)
-            for recipe in shape.recipes:
-                text = recipe.fill(contents)
-                if text is not None:
-                    return self._filled(template_text, shape, text, context, full)
-            if len(shape.recipes) >= MAX_RECIPES:
-                return full(context)
+            if shape is None:
+                # A shape seen once may never come back (a tool call's id is part of it):
+                # its recipe is made the second time it is seen, not the first.
+                self._shapes.put(key, _Shape([]), size=256)
+        if shape is None or not shape.fillable:
+            return full(context)
+        for recipe in shape.recipes:
+            text = recipe.fill(contents)
+            if text is not None:
+                return self._filled(template_text, shape, text, context, full)
+        if len(shape.recipes) >= MAX_RECIPES:
+            return full(context)
         text = full(context)
         made = _probe(context, contents, full)
         with self._lock:
-            if shape is None:
-                shape = _Shape([])
-                self._shapes.put(key, shape, size=256)
             if made is None or made.fill(contents) != text:
                 # refused (None), or a fill that differs from the render it was made beside
                 shape.fillable, shape.recipes = False, []

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from engine import template_shapes as engine_template_shapes
 from engine.chat_template import ChatTemplates
 from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
 
@@ -86,7 +87,7 @@ def test_a_template_that_writes_the_text_out_or_tests_it_is_filled(template: str
         messages = conversation((f"You are bot {i}.", f"Question {i}?", f"Answer {i}."))
         assert render(templates, template, messages) == render(whole, template, messages)
     assert templates.shapes is not None
-    assert templates.shapes.fills == 19  # all but the shape's first
+    assert templates.shapes.fills == 18  # all but the shape's first two (noted, then probed)
 
 
 @pytest.mark.parametrize("template", TRANSFORMING)
@@ -102,7 +103,8 @@ def test_a_branch_the_recipe_cannot_see_is_caught_by_the_audit_and_filling_stops
     template = ("{% for m in messages %}{% if ('x' ~ m.content).endswith('!') %}LOUD "
                 "{% endif %}{{ m.content }}{% endfor %}")
     templates, whole = ChatTemplates(), ChatTemplates(fill=False)
-    assert render(templates, template, conversation(("calm",))) == "calm"  # the recipe
+    assert render(templates, template, conversation(("calm",))) == "calm"  # the shape noted
+    assert render(templates, template, conversation(("still",))) == "still"  # the recipe
     loud = conversation(("hey!",))
     assert render(templates, template, loud) == render(whole, template, loud) == "LOUD hey!"
     shapes = templates.shapes
@@ -117,7 +119,7 @@ def test_after_its_first_uses_a_recipe_is_audited_one_in_audit_every() -> None:
     shapes = templates.shapes
     assert shapes is not None
     shapes.audit_every = 8
-    for i in range(65):
+    for i in range(66):
         render(templates, LLAMA_LIKE, conversation((f"system {i}", f"question {i}")))
     assert shapes.fills == 64
     assert shapes.audits == shapes.audit_first + 64 // 8 - 0  # fills 8, 16, ... 64 past the first 4
@@ -170,3 +172,27 @@ def test_qwen3_chats_are_filled_and_match_across_tool_and_thinking_turns() -> No
     shapes = filled.template_shapes
     assert shapes is not None and shapes.audit_failures == 0
     assert shapes.fills >= len(requests)
+
+
+def test_a_shape_seen_once_is_never_probed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tool-call ids make most agent conversations a shape of their own: each is noted,
+    rendered once, and costs no stand-in render."""
+    templates = ChatTemplates()
+    shapes = templates.shapes
+    assert shapes is not None
+    template = "{% for m in messages %}{{ m.tool_call_id }}:{{ m.content }}{% endfor %}"
+    probes: list[int] = []
+    real = engine_template_shapes._probe
+
+    def counting(*args: Any) -> Any:
+        probes.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(engine_template_shapes, "_probe", counting)
+    for i in range(20):
+        render(templates, template, [{"role": "tool", "tool_call_id": f"call_{i}",
+                                      "content": f"result {i}"}])
+    assert not probes and shapes.fills == 0
+    render(templates, template, [{"role": "tool", "tool_call_id": "call_3",
+                                  "content": "another result"}])
+    assert len(probes) == 1
