@@ -60,9 +60,10 @@ log = logging.getLogger("prefixgate.render")
 
 _MARK = "qZxJ"
 """The marker's core: mixed case, so a case change shows."""
-_SENTINEL = re.compile("\n \x00<" + _MARK + r"(\d+)>\x00 \t")
-"""A stand-in's text: whitespace at both ends (trimming shows), NUL (JSON escapes it),
-``<>`` (HTML escapes them)."""
+_OPEN, _CLOSE = "\n \x00<" + _MARK, ">\x00 \t"
+"""Around a stand-in's number: whitespace at both ends (trimming shows), NUL (JSON
+escapes it), ``<>`` (HTML escapes them)."""
+_SENTINEL = re.compile(re.escape(_OPEN) + r"(\d+)" + re.escape(_CLOSE))
 _RESIDUE = re.compile(_MARK, re.IGNORECASE)
 
 MAX_RECIPES = 4
@@ -70,7 +71,7 @@ MAX_RECIPES = 4
 
 
 def _sentinel(variant: int) -> str:
-    return f"\n \x00<{_MARK}{variant}>\x00 \t"
+    return f"{_OPEN}{variant}{_CLOSE}"
 
 
 class Unfillable(Exception):
@@ -127,8 +128,7 @@ class Recipe:
 class _Probe:
     """What one probe render did with the stand-ins."""
 
-    def __init__(self, contents: Sequence[str]) -> None:
-        self.contents = contents
+    def __init__(self) -> None:
         self.variants: list[tuple[int, tuple[Transform, ...]]] = []
         self.guards: list[Guard] = []
 
@@ -378,7 +378,7 @@ def _probe(context: dict[str, Any], contents: Sequence[str],
     """The context's recipe, made by one render with stand-ins; None when refused."""
     if not contents:
         return None
-    probe = _Probe(contents)
+    probe = _Probe()
     chat = []
     index = 0
     for message in context["messages"]:
