@@ -65,14 +65,25 @@ class Variance:
                  max_atoms: int = MAX_ATOMS) -> None:
         self.atomizer = atomizer
         self.reference = reference[:max_chars]
-        spans = atomizer.spans(self.reference)
-        # Two int arrays rather than a list of tuples: a group keeps this for its lifetime.
-        self.starts = array("l", (a for a, _ in spans))
-        self.ends = array("l", (b for _, b in spans))
-        self.varying = bytearray(len(spans))
+        # The reference is cut into atoms when a text that differs from it first comes
+        # (``_cut``): until then nothing varies, and a group whose prompt never comes
+        # back changed (a new system prompt every request: documents, a user's record)
+        # never pays for cutting it. Two int arrays rather than a list of tuples: a
+        # group keeps them for its lifetime.
+        self.starts = array("l")
+        self.ends = array("l")
+        self.varying = bytearray()
+        self.atomized = False
         self.max_chars = max_chars
         self.max_atoms = max_atoms
         self.seen = 1
+
+    def _cut(self) -> None:
+        spans = self.atomizer.spans(self.reference)
+        self.starts = array("l", (a for a, _ in spans))
+        self.ends = array("l", (b for _, b in spans))
+        self.varying = bytearray(len(spans))
+        self.atomized = True
 
     def _atom_index(self, char: int) -> int:
         """Index of the atom containing ``char`` (len(atoms) at the end)."""
@@ -86,6 +97,8 @@ class Variance:
         head = common_prefix(ref, text)
         if head == len(ref) == len(text):
             return Alignment(text, [], [], head, 0, len(ref))
+        if not self.atomized:
+            self._cut()
         count = len(self.starts)
         first = self._atom_index(head)
         head = self.starts[first] if first < count else len(ref)

@@ -12,6 +12,7 @@ from gateway.lint.detect import Detector
 from gateway.lint.drift import DriftTracker
 from gateway.lint.model import Hit
 from gateway.lint.service import LintLimits, LintService
+from gateway.lint.variance import Atomizer
 from gateway.prompt.hashers import HasherSet
 
 from .corpus import NOW
@@ -89,6 +90,33 @@ def test_agents_sharing_a_key_are_learned_as_separate_templates(service: LintSer
     # ... switching between agents is not a drift, and each is its own group.
     assert service.drift_events() == []
     assert len(service.group_summaries()) == 2
+
+
+class CountingAtomizer(Atomizer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut_chars = 0
+
+    def spans(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+        self.cut_chars += (len(text) if end is None else end) - start
+        return super().spans(text, start, end)
+
+
+def test_a_new_system_prompt_every_request_is_not_aligned(service: LintService) -> None:
+    # Documents or a user's record in the system prompt: each request's prompt is
+    # new, so each starts a group of its own, and there is nothing to align.
+    atomizer = service.groups.atomizer = CountingAtomizer()
+    words = ("invoice", "ledger", "harbour", "glacier", "orchid", "piston", "quartz")
+    for i in range(40):
+        document = " ".join(words[(i * 7 + k * k) % len(words)] + str(k * i) for k in range(300))
+        service.check_now("qwen", chat(f"Answer from this document only.\n{document}"), "key")
+    assert atomizer.cut_chars == 0
+    # A template seen again with a changed span is cut and learned as before.
+    for day in (1, 2, 3, 4):
+        service.check_now("qwen", chat(POLICY + f"Special offer for 2026-12-0{day}."), "key")
+    assert atomizer.cut_chars > len(POLICY)
+    [offer] = [g for g in service.group_summaries() if g["requests"] == 4]
+    assert [v["offset"] for v in offer["varying"]] == [len(POLICY + "Special offer for 2026-12-")]
 
 
 def test_a_timestamp_at_the_start_stays_in_its_template(service: LintService) -> None:
