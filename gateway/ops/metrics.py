@@ -75,7 +75,7 @@ class GatewayMetrics:
             buckets=_FAST_BUCKETS, registry=r)
         self.loop_lag_seconds = Histogram(
             "prefixgate_event_loop_lag_seconds",
-            "How late the gateway's event loop woke a task that was due (sampled every 50 ms).",
+            "How late the gateway's event loop woke a task that was due (sampled every 100 ms).",
             buckets=_FAST_BUCKETS, registry=r)
         self.gc_pause_seconds = Histogram(
             "prefixgate_gc_pause_seconds",
