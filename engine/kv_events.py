@@ -82,6 +82,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -126,7 +127,24 @@ def _hash(value: Any) -> EngineHash:
 def _hashes(value: Any) -> tuple[EngineHash, ...]:
     if not isinstance(value, list):
         raise KVEventDecodeError("block_hashes is not a list")
-    return tuple(_hash(item) for item in value)
+    try:
+        array("Q", value)  # the common case checked in C: unsigned 64-bit ints
+    except (TypeError, OverflowError):
+        return tuple(_hash(item) for item in value)  # bytes, or signed (older vLLM)
+    return tuple(value)
+
+
+def _token_ids(value: Any) -> tuple[int, ...]:
+    # array() checks every element in C (a generator over a prefill's thousands of
+    # ids was a third of decoding it), for what the block hashes take: [0, 2**32).
+    if isinstance(value, list):
+        try:
+            array("I", value)
+        except (TypeError, OverflowError):
+            pass
+        else:
+            return tuple(value)
+    raise KVEventDecodeError("token_ids is not a list of ints in [0, 2**32)")
 
 
 def _optional(value: Any, kind: type) -> Any:
@@ -186,9 +204,7 @@ def decode_event(raw: Any) -> KVEvent | None:
     try:
         if kind == "BlockStored":
             parent = fields.get("parent_block_hash")
-            token_ids = fields["token_ids"]
-            if not isinstance(token_ids, list) or not all(type(t) is int for t in token_ids):
-                raise KVEventDecodeError("token_ids is not a list of ints")
+            token_ids = _token_ids(fields["token_ids"])
             block_size = fields["block_size"]
             if type(block_size) is not int:
                 raise KVEventDecodeError("block_size is not an int")
@@ -196,7 +212,7 @@ def decode_event(raw: Any) -> KVEvent | None:
             return BlockStored(
                 block_hashes=_hashes(fields["block_hashes"]),
                 parent_block_hash=None if parent is None else _hash(parent),
-                token_ids=tuple(token_ids),
+                token_ids=token_ids,
                 block_size=block_size,
                 lora_id=_optional(fields.get("lora_id"), int),
                 medium=_optional(fields.get("medium"), str),
