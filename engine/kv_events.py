@@ -85,7 +85,7 @@ import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import msgpack
 import xxhash
@@ -285,6 +285,11 @@ _DRAIN = 256
 _YIELD_EVERY = 256
 
 
+def _readable(socket: zmq.Socket[bytes]) -> bool:
+    """A message waits on ``socket`` (reading EVENTS also re-arms its descriptor)."""
+    return bool(cast(int, socket.get(zmq.EVENTS)) & zmq.POLLIN)
+
+
 def _digest(payload: bytes) -> int:
     return xxhash.xxh3_64_intdigest(payload)
 
@@ -412,24 +417,45 @@ class KVEventSubscriber:
     async def _follow(
         self, context: zmq.asyncio.Context, sub: zmq.asyncio.Socket, monitor: zmq.asyncio.Socket
     ) -> None:
-        """Serve connection events (catch-ups) first, then live messages, forever."""
-        poller = zmq.asyncio.Poller()
-        poller.register(monitor, zmq.POLLIN)
-        poller.register(sub, zmq.POLLIN)
-        while True:
-            ready = dict(await poller.poll())
-            if monitor in ready:
-                event = parse_monitor_message(await monitor.recv_multipart())
-                if event["event"] & CONNECTED_EVENTS:
-                    await self._catch_up(context)
-                continue  # a catch-up changed what live messages mean: look again
-            if sub in ready:
-                for _ in range(_DRAIN):
-                    try:
-                        frames = await sub.recv_multipart(flags=zmq.NOBLOCK)
-                    except zmq.Again:
-                        break
-                    await self._handle(context, frames)
+        """Serve connection events (catch-ups) first, then live messages, forever.
+
+        The two sockets are read without pyzmq's asyncio layer: a reader on each one's
+        file descriptor wakes this task, and each message is taken by a plain
+        non-blocking receive. The layer's poller and futures cost 120-170 us of the
+        loop's CPU per message where this costs 55 (most of it the wake-up itself),
+        and a replica publishes a message every engine step.
+        """
+        loop = asyncio.get_running_loop()
+        live: zmq.Socket[bytes] = zmq.Socket.shadow(sub.underlying)
+        events: zmq.Socket[bytes] = zmq.Socket.shadow(monitor.underlying)
+        wake = asyncio.Event()
+        fds = [live.fileno(), events.fileno()]
+        for fd in fds:
+            loop.add_reader(fd, wake.set)
+        try:
+            while True:
+                # A socket's descriptor only signals that its state may have changed;
+                # EVENTS says whether a message is there (and re-arms the signal).
+                if _readable(events):
+                    event = parse_monitor_message(events.recv_multipart(zmq.NOBLOCK))
+                    if event["event"] & CONNECTED_EVENTS:
+                        await self._catch_up(context)
+                    continue  # a catch-up changed what live messages mean: look again
+                if _readable(live):
+                    for _ in range(_DRAIN):
+                        try:
+                            frames = live.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        await self._handle(context, frames)
+                    continue
+                wake.clear()
+                if _readable(events) or _readable(live):
+                    continue  # came between the looks above and the clear
+                await wake.wait()
+        finally:
+            for fd in fds:
+                loop.remove_reader(fd)
 
     # -- ordering ------------------------------------------------------------------------------
 
