@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from typing import Any
 
 import pytest
@@ -10,8 +11,10 @@ import pytest
 from gateway.config import ModelSettings
 from gateway.lint.detect import Detector
 from gateway.lint.drift import DriftTracker
+from gateway.lint.groups import same_template
 from gateway.lint.model import Hit
 from gateway.lint.service import LintLimits, LintService
+from gateway.lint.textdiff import common_prefix, common_suffix
 from gateway.lint.variance import Atomizer
 from gateway.prompt.hashers import HasherSet
 
@@ -119,6 +122,22 @@ def test_a_new_system_prompt_every_request_is_not_aligned(service: LintService) 
     assert [v["offset"] for v in offer["varying"]] == [len(POLICY + "Special offer for 2026-12-")]
 
 
+def test_a_platform_key_with_many_apps_learns_each_template(service: LintService) -> None:
+    # 40 apps' system prompts under one key, in turn: each app's date never changes,
+    # and is learned to be stable in its own template, as it is for two apps.
+    words = ("garden", "ledger", "harbour", "violin", "quartz", "meadow", "rocket", "saddle",
+             "tundra", "walnut", "copper", "fjord", "lantern", "orchid", "pepper", "summit")
+    apps = [" ".join(rng.choice(words) for _ in range(120))
+            + f" Prices valid from 2026-12-{n % 28 + 1:02d}."
+            for n, rng in enumerate(random.Random(f"app-{i}") for i in range(40))]
+    counts: list[list[int]] = [[] for _ in apps]
+    for _ in range(7):
+        for n, system in enumerate(apps):
+            counts[n].append(service.check_now("qwen", chat(system), "sk-platform"))
+    assert all(c[0] == 1 and c[-1] == 0 for c in counts)
+    assert len(service.group_summaries(n=100)) == 40 and service.drift_events() == []
+
+
 def test_a_timestamp_at_the_start_stays_in_its_template(service: LintService) -> None:
     for i in range(8):
         service.check_now("qwen", chat(f"Now: 2026-11-30 15:{10 + i}:0{i}. " + POLICY), "key")
@@ -201,3 +220,23 @@ def test_drift_is_reported_once_per_change() -> None:
 
 def test_a_body_the_linter_cannot_read_is_linted_as_empty(service: LintService) -> None:
     assert service.check_now("qwen", {"messages": "not a list"}, None) == 0
+
+
+def test_telling_templates_apart_by_their_edges_agrees_with_the_whole_comparison() -> None:
+    def whole(reference: str, text: str) -> bool:
+        longest = max(len(reference), len(text))
+        head = common_prefix(reference, text)
+        return not longest or head + common_suffix(reference, text, head) >= 0.5 * longest
+
+    rng = random.Random(5)
+    cases = 0
+    for _ in range(3000):
+        shared_head, shared_tail = rng.choice((0, 40, 63, 64, 65, 130, 300)), rng.choice(
+            (0, 40, 63, 64, 65, 130, 300))
+        body_a, body_b = (rng.randrange(0, 400), rng.randrange(0, 400))
+        head, tail = "h" * shared_head, "t" * shared_tail
+        a = head + "".join(rng.choice("ab") for _ in range(body_a)) + tail
+        b = head + "".join(rng.choice("cd") for _ in range(body_b)) + tail
+        assert same_template(a, b) == whole(a, b), (shared_head, shared_tail, body_a, body_b)
+        cases += same_template(a, b)
+    assert 0 < cases < 3000  # both answers were exercised
