@@ -7,7 +7,7 @@ A replica publishes one message each engine step. This starts a real ZMQ
 publisher in a thread, sending ``--messages`` messages ``--gap-ms`` apart (so
 each one wakes the loop, as a replica's steps do), each a batch of
 ``--events`` ``BlockStored`` events of ``--blocks`` blocks of 16 tokens (vLLM's
-wire format: ``[topic, seq, msgpack([ts, [events], rank])]``), and a real
+wire format: ``[topic, seq, msgpack([ts, [event maps], rank])]``), and a real
 ``KVEventSubscriber`` on a uvloop loop that decodes each message and hands it
 to a callback. It reports the loop thread's CPU (user + system) per message.
 
@@ -36,10 +36,14 @@ import orjson
 
 
 def payload(events: int, blocks: int, rng: random.Random) -> bytes:
-    batch = [["BlockStored", [rng.getrandbits(63) for _ in range(blocks)], rng.getrandbits(63),
-              [rng.randrange(150_000) for _ in range(blocks * 16)], 16, None, "GPU", None,
-              None] for _ in range(events)]
-    return msgpack.packb([time.time(), batch, 0])
+    """A batch of ``events`` stored-block events in vLLM's wire form (the simulated
+    engine's encoder, ``engine.sim.events``), ``blocks`` blocks of 16 tokens each."""
+    from engine.sim.events import StoredBlocks, batch_to_wire
+
+    batch = [StoredBlocks(tuple(rng.getrandbits(64) for _ in range(blocks)), rng.getrandbits(64),
+                          tuple(rng.randrange(150_000) for _ in range(blocks * 16)), 16,
+                          (None,) * blocks) for _ in range(events)]
+    return msgpack.packb(batch_to_wire(time.time(), list(batch)))
 
 
 def _thread_cpu() -> float:
