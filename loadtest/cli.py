@@ -108,6 +108,11 @@ def parser() -> argparse.ArgumentParser:
     overhead.add_argument("--pin", action="store_true",
                           help="give each gateway CPU 0 and the replica and the load generator "
                                "the other CPUs (Linux)")
+    overhead.add_argument("--core-quota", type=float, default=None, metavar="CORES",
+                          help="limit each serving process of every proxy path (a gateway "
+                               "worker, the null proxy, a peer) to this share of one core "
+                               "(Linux cgroups, loadtest/cpu_quota.py): the routers are the "
+                               "bottleneck at saturation, as on a machine with a core for each")
     overhead.add_argument("--null-proxy", action="store_true",
                           help="also measure a pass-through proxy on the gateway's server stack "
                                "(loadtest/null_proxy.py): what the extra hop alone costs")

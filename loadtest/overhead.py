@@ -79,8 +79,9 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -90,13 +91,14 @@ import httpx
 
 from loadtest import markdown
 from loadtest.contenders import ContenderSpec, ContenderUnavailable, launch
+from loadtest.cpu_quota import PERIOD_US, CoreQuota, find_hierarchy, serving_processes
 from loadtest.driver import DriveResult
 from loadtest.histogram import beyond_buckets, delta, quantile, scrape_histograms
 from loadtest.loop import loop_name, run
 from loadtest.machine import machine_info
 from loadtest.measure import MeasuredRun, RunLimits, RunTarget, measure
 from loadtest.plots import ttft_cdf
-from loadtest.proc_tree import tree_cpu_seconds, tree_shape, tree_threads
+from loadtest.proc_tree import all_stats, descendants, tree_cpu_seconds, tree_shape, tree_threads
 from loadtest.processes import Service, ServiceGroup, free_port
 from loadtest.results import ContenderResult
 from loadtest.sims import SimFleetSpec, reset_caches, start_sims
@@ -478,7 +480,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
-    with ServiceGroup() as group:
+    with ExitStack() as stack:
+        group = stack.enter_context(ServiceGroup())
         replicas = start_sims(fleet, group, log_dir)
         urls = {"direct": replicas[0].url}
         # Under --pin every proxy starts on the proxies' CPU, so a router that sizes its
@@ -501,6 +504,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 if s.name in (name, name.replace(":", "-")) and s.process is not None}
         if args.pin:
             pin(group, proxies=[pids[name] for name in urls if name in pids])
+        quota = stack.enter_context(limit_cores(args.core_quota, pids)) \
+            if args.core_quota else None
         runs: dict[str, list[MeasuredRun]] = {name: [] for name in urls}
         hops: dict[str, list[tuple[float, float]]] = {name: [] for name in urls}
         for round_index in range(args.rounds + 1):
@@ -528,6 +533,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                             for bound, count in delta(before[series], after[series]).items():
                                 total[bound] = total.get(bound, 0.0) + count
         shapes = {name: tree_shape(pid) for name, pid in pids.items()}
+        limited = quota_report(quota, pids) if quota is not None else {}
     figures = {name: _with_outside(_figures(name, rs), hops[name]) for name, rs in runs.items()}
     direct = figures["direct"]
     rows = [direct] + [_with_overhead(f, direct, histograms.get(n, {}))
@@ -551,6 +557,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "rate": args.rate, "pinned": args.pin, "client": args.client, "rotate": args.rotate,
         "peers": [spec.name for spec in peers], "unavailable": unavailable,
         "process_trees": shapes,
+        "core_quota": ({"cores": args.core_quota, "period_us": PERIOD_US, "paths": limited}
+                       if args.core_quota else None),
     }
     (out / "overhead.json").write_text(json.dumps(
         {"meta": meta, "paths": [r.__dict__ for r in rows]}, indent=2) + "\n")
@@ -560,6 +568,9 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                         for name, reason in unavailable.items())
         table += "\n## Side by side\n\n" + side_by_side(rows, measured_peers) + (
             "\n" + notes if notes else "")
+    if quota is not None:
+        table += "\n## Each serving process on a share of a core\n\n" + quota_table(
+            rows, limited, args.core_quota)
     markdown.write(out / "overhead.md", table, "Gateway overhead")
     merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
     load = (f"open loop at {args.rate:g} requests/s" if args.rate
@@ -594,6 +605,75 @@ def pin(group: ServiceGroup, proxies: Sequence[int]) -> None:
         os.sched_setaffinity(int(tid), rest)
     print(f"pinned: gateways and peers on CPU {cpus[0]}, replica and load generator on "
           f"{sorted(rest)}", file=sys.stderr)
+
+
+@contextmanager
+def limit_cores(cores: float, pids: dict[str, int]) -> Iterator[CoreQuota]:
+    """Each serving process of every proxy path (:func:`.serving_processes`) limited to
+    ``cores`` of a core (:mod:`.cpu_quota`), once every tree has stopped growing (a
+    supervisor starts its workers after it answers)."""
+    quota = CoreQuota(find_hierarchy(), cores)
+    try:
+        stats = _settled_stats(list(pids.values()))
+        for name, root in pids.items():
+            tree = descendants(root, stats)
+            serving = serving_processes(root, {p: stats[p].ppid for p in tree})
+            for pid in serving:
+                quota.limit(pid)
+            print(f"{name}: {len(serving)} serving process(es) limited to {cores:g} of a "
+                  "core each", file=sys.stderr)
+        yield quota
+    finally:
+        quota.close()
+
+
+def _settled_stats(roots: list[int], tries: int = 20) -> dict[int, Any]:
+    """``/proc``'s processes once the trees under ``roots`` kept their size for a second."""
+    sizes: list[int] = []
+    stats = all_stats()
+    for _ in range(tries):
+        stats = all_stats()
+        sizes.append(sum(len(descendants(root, stats)) for root in roots))
+        if len(sizes) >= 3 and sizes[-1] == sizes[-2] == sizes[-3]:
+            break
+        time.sleep(0.5)
+    return stats
+
+
+def quota_report(quota: CoreQuota, pids: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """Per path: how many of its processes were limited, and the periods they were
+    stopped in for it (a path never stopped was not the bottleneck)."""
+    throttled = quota.throttled()
+    stats = all_stats()
+    report = {}
+    for name, root in pids.items():
+        tree = set(descendants(root, stats))
+        mine = [pid for pid in quota.groups if pid in tree]
+        report[name] = {"limited": len(mine),
+                        "throttled_periods": sum(throttled.get(pid, 0) for pid in mine),
+                        "cpu_seconds": [round(tree_cpu_seconds(pid), 2) for pid in mine]}
+    return report
+
+
+def quota_table(rows: Sequence[PathFigures], limited: dict[str, dict[str, Any]],
+                cores: float) -> str:
+    """Throughput of each limited path against the first gateway's: at saturation, what
+    N serving processes on N shares of a core do against one."""
+    base = next((r for r in rows if r.name.startswith("prefixgate")), None)
+    lines = [(f"Each serving process limited to {cores:g} of a core ({PERIOD_US // 1000} ms "
+             "periods); the replica and the load generator not limited."), "",
+             "| path | processes limited | their CPU seconds | periods throttled | requests/s | x "
+             + (base.name if base else "-") + " |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        if row.name not in limited:
+            continue
+        ratio = (f"{row.throughput_rps / base.throughput_rps:.2f}"
+                 if base and base.throughput_rps else "-")
+        seconds = " / ".join(f"{c:g}" for c in limited[row.name]["cpu_seconds"])
+        lines.append(f"| {row.name} | {limited[row.name]['limited']} | {seconds} | "
+                     f"{limited[row.name]['throttled_periods']} | {row.throughput_rps:.1f} | "
+                     f"{ratio} |")
+    return "\n".join(lines) + "\n"
 
 
 def _pin_tree(pid: int, cpus: set[int]) -> None:

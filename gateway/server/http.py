@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -67,6 +68,7 @@ from gateway.config import ServerSettings, Settings
 from gateway.errors import error_body
 from gateway.request.drain import Drain
 from gateway.request.streaming import BODY_WRITER
+from gateway.server.balance import BalancedAcceptor, ConnectionTable
 from gateway.server.request_ids import clean_request_id
 
 log = logging.getLogger("prefixgate.server")
@@ -166,6 +168,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     limits: ServerSettings = ServerSettings()
     probe_port: int | None = None
     """The probe port's number once bound (``health_port``), None without one."""
+    on_closed: Callable[[], None] | None = None
+    """Called once when the connection is gone (a worker's connection count,
+    ``gateway.server.balance``)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -182,6 +187,9 @@ class GuardedHttpTools(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+        if self.on_closed is not None:
+            closed, self.on_closed = self.on_closed, None
+            closed()
 
     def data_received(self, data: bytes) -> None:
         idle = self.cycle is None or self.cycle.response_complete
@@ -305,15 +313,33 @@ def protocol_class(limits: ServerSettings,
 class GatewayServer(uvicorn.Server):
     """uvicorn's server, whose first SIGTERM/SIGINT drains before it stops."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain,
+                 balance: tuple[ConnectionTable, int] | None = None) -> None:
         super().__init__(config)
         self.drain = drain
+        self.balance = balance
+        """A worker's connection table and index: its client port is accepted from by a
+        :class:`BalancedAcceptor` instead of asyncio's server."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        await super().startup(sockets)
+        if self.balance is None or not sockets:
+            await super().startup(sockets)
+            return
+        await super().startup(sockets[1:])  # the probe port, if any: uvicorn's own server
+        table, index = self.balance
+        acceptor = BalancedAcceptor(sockets[0], self._protocol, table, index,
+                                    backlog=self.config.backlog)
+        acceptor.start()
+        self.servers.insert(0, acceptor)  # type: ignore[arg-type]  # closed as servers are
+
+    def _protocol(self) -> asyncio.Protocol:
+        """A connection's protocol, as uvicorn's own server makes it."""
+        return self.config.http_protocol_class(  # type: ignore[call-arg]
+            config=self.config, server_state=self.server_state,
+            app_state=self.lifespan.state)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self._loop is None or self._drain_task is not None or self.should_exit:
@@ -367,7 +393,7 @@ def bind_all(settings: Settings) -> list[socket.socket]:
 
 
 def serve_app(app: Any, settings: Settings, sockets: list[socket.socket] | None = None,
-              announce: bool = True) -> None:
+              announce: bool = True, balance: tuple[ConnectionTable, int] | None = None) -> None:
     """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain. ``sockets``:
     bound already (a worker's, inherited from the supervisor), else bound here."""
     drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)
@@ -378,4 +404,4 @@ def serve_app(app: Any, settings: Settings, sockets: list[socket.socket] | None 
         if announce:
             log.info("probes: /health and /ready also on port %d, outside the connection "
                      "limit", probe_port)
-    GatewayServer(server_config(app, settings, probe_port), drain).run(sockets=sockets)
+    GatewayServer(server_config(app, settings, probe_port), drain, balance).run(sockets=sockets)

@@ -1,8 +1,9 @@
 """One worker process of ``prefixgate serve --workers N`` (``gateway.server.workers``).
 
-Started by the supervisor as ``python -m gateway.server.worker INDEX HUB FDS``:
+Started by the supervisor as ``python -m gateway.server.worker INDEX HUB FDS TABLE``:
 the settings come pickled on standard input (secrets never touch the disk),
-the listening sockets as inherited file descriptors. It serves them like a
+the listening sockets as inherited file descriptors, ``TABLE`` the workers'
+connection counts (``gateway.server.balance``). It serves them like a
 one-process gateway, sharing routing state with its siblings through the
 supervisor's hub at ``HUB``.
 """
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from gateway.config import Settings
 from gateway.fleet.local import WorkerRole
 from gateway.server.app import create_app
+from gateway.server.balance import ConnectionTable
 from gateway.server.http import serve_app
 
 _PR_SET_PDEATHSIG = 1
@@ -34,6 +36,7 @@ def _die_with_supervisor() -> None:
 
 def main(argv: Sequence[str]) -> int:
     index, hub, fds = int(argv[0]), argv[1], [int(fd) for fd in argv[2].split(",")]
+    table_path, workers = argv[3].rsplit(":", 1)
     _die_with_supervisor()
     settings = pickle.loads(sys.stdin.buffer.read())
     if not isinstance(settings, Settings):
@@ -46,7 +49,8 @@ def main(argv: Sequence[str]) -> int:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     sockets = [socket.socket(fileno=fd) for fd in fds]
     app = create_app(settings, worker=WorkerRole(index, hub))
-    serve_app(app, settings, sockets, announce=index == 0)
+    table = ConnectionTable(table_path, int(workers))
+    serve_app(app, settings, sockets, announce=index == 0, balance=(table, index))
     return 0
 
 

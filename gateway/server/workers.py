@@ -5,11 +5,14 @@ rendering and relaying, requests queue for it (``docs/benchmarks/overhead.md``).
 With ``workers`` above 1 the ``serve`` process becomes a supervisor:
 
 * **One port.** It binds the listening socket (and the probe port) once and
-  every worker inherits it: the kernel hands each new connection to a worker
-  waiting in ``accept``, so a busy worker takes fewer. (``SO_REUSEPORT``
-  would give each worker its own queue, hashed by address: a worker that
-  dies takes the connections waiting in its queue with it, and a busy one
-  gets its share all the same.)
+  every worker inherits it. A worker accepts a waiting connection only while
+  it holds no more connections than the least-loaded sibling (a table of
+  counts in shared memory, ``gateway.server.balance``), so a client pool or a
+  load balancer opening many connections at once spreads over the workers
+  instead of landing on whichever loop woke first. (``SO_REUSEPORT`` would
+  give each worker its own queue, hashed by address: a worker that dies
+  takes the connections waiting in its queue with it, and a busy one gets
+  its share all the same.)
 * **One gateway.** The workers share routing state through the supervisor's
   hub (``gateway.fleet.local``), as instances do through Redis: what a
   worker's policy learns from a first byte reaches the others within about a
@@ -50,6 +53,7 @@ from collections.abc import Sequence
 
 from gateway.config import Settings
 from gateway.fleet.local import Hub
+from gateway.server.balance import ABSENT, ConnectionTable
 
 log = logging.getLogger("prefixgate.workers")
 
@@ -107,14 +111,17 @@ def run_workers(settings: Settings, count: int, sockets: Sequence[socket.socket]
         sock.set_inheritable(True)
     with tempfile.TemporaryDirectory(prefix="prefixgate-workers-") as folder:
         return asyncio.run(_Supervisor(settings, count, sockets,
-                                       os.path.join(folder, "hub.sock")).run())
+                                       os.path.join(folder, "hub.sock"),
+                                       os.path.join(folder, "connections")).run())
 
 
 class _Supervisor:
     def __init__(self, settings: Settings, count: int, sockets: Sequence[socket.socket],
-                 hub_path: str) -> None:
+                 hub_path: str, table_path: str) -> None:
         self.settings = settings
         self.count = count
+        self.table_path = table_path
+        self.table = ConnectionTable.create(table_path, count)
         self.fds = [sock.fileno() for sock in sockets]
         self.hub_path = hub_path
         self.stopping = asyncio.Event()
@@ -150,7 +157,8 @@ class _Supervisor:
             started = loop.time()
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gateway.server.worker", str(index), self.hub_path,
-                ",".join(map(str, self.fds)), stdin=asyncio.subprocess.PIPE,
+                ",".join(map(str, self.fds)), f"{self.table_path}:{self.count}",
+                stdin=asyncio.subprocess.PIPE,
                 pass_fds=self.fds, start_new_session=True)
             self.procs[index] = proc
             assert proc.stdin is not None
@@ -159,6 +167,7 @@ class _Supervisor:
                 await proc.stdin.drain()
             proc.stdin.close()
             code = await proc.wait()
+            self.table[index] = ABSENT  # its siblings take every connection meanwhile
             if self.stopping.is_set():
                 return
             delay = 1.0 if loop.time() - started > 60 else delay

@@ -105,6 +105,31 @@ def test_a_prefix_stays_on_one_replica_whichever_worker_takes_it(
     assert 'prefixgate_workers_hub_up{worker="1"} 1.0' in text
 
 
+def test_a_client_pool_opened_at_once_spreads_over_both_workers(
+        gateway: GatewayProcess) -> None:
+    """One client, 16 requests at once, three times: its pool opens 16 connections
+    together and keeps them. An event loop that wakes to a backlog of new connections
+    would take them all; each worker takes its share instead, so both serve the
+    client's traffic."""
+    before = worker_counts(gateway)
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=0)
+        try:
+            for turn in range(3):
+                await asyncio.gather(*(client.chat.completions.create(
+                    model=MODEL, max_tokens=8, messages=[
+                        {"role": "system", "content": system_prompt(400 + i)},
+                        {"role": "user", "content": f"turn {turn}"}]) for i in range(16)))
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+    served = worker_counts(gateway) - before
+    assert sum(served.values()) == 48
+    assert min(served["0"], served["1"]) >= 21, served  # 8 connections each, give or take one
+
+
 def test_one_scrape_shows_every_worker(gateway: GatewayProcess) -> None:
     for seed in range(10):
         asyncio.run(ask(gateway, system_prompt(100 + seed), "hello"))
