@@ -19,6 +19,15 @@ counts without a message. A sibling that does not take the connection (its
 loop busy, stalled, or the process gone before the supervisor cleared its
 slot) gets ``MAX_DEFER_SECONDS``: after that the worker takes it anyway, so
 balancing never keeps a client waiting longer than that.
+
+Connections already held can be out of balance too: a worker that died and
+was started again comes back to none, its sibling holding every connection
+its clients opened meanwhile, and keeps them as long as the clients do. A
+worker holding more than ``SHED_MARGIN`` connections over the least-loaded
+sibling answers the next request on one of them with ``Connection: close``
+(the answer is whole; the client opens a new connection for its next
+request, which the balance above hands to the sibling), one connection per
+connection it is over, never more.
 """
 
 from __future__ import annotations
@@ -46,6 +55,10 @@ MAX_DEFER_SECONDS = 0.02
 
 ACCEPT_BATCH = 64
 """At most this many connections accepted in one turn of the loop."""
+
+SHED_MARGIN = 2
+"""Connections over the least-loaded live sibling's count (or an eighth of it, if more)
+that a worker holds before it answers with ``Connection: close`` to give some back."""
 
 
 class ConnectionTable:
@@ -108,6 +121,10 @@ class BalancedAcceptor:
         """Times this worker left a waiting connection to a sibling."""
         self.overdue = 0
         """Connections taken because the sibling they were left to did not take them."""
+        self.shed = 0
+        """Connections answered with ``Connection: close`` to give them to a sibling."""
+        self.shedding = 0
+        """Of those, the ones not closed yet."""
         self._waiting_since: float | None = None
         self._warned_at = -1e9
         self._retry: asyncio.TimerHandle | None = None
@@ -188,6 +205,16 @@ class BalancedAcceptor:
             self._retry.cancel()
             self._retry = None
 
+    def should_shed(self) -> bool:
+        """Whether the request starting now on one of this worker's connections should
+        close it when answered (this worker holds too many); counted when it says yes."""
+        least = self.table.least_other(self.index)
+        if least is None or self.count - self.shedding <= least + max(SHED_MARGIN, least // 8):
+            return False
+        self.shedding += 1
+        self.shed += 1
+        return True
+
     def _take(self, conn: socket.socket) -> None:
         assert self._loop is not None
         conn.setblocking(False)
@@ -197,8 +224,8 @@ class BalancedAcceptor:
     async def _serve(self, conn: socket.socket) -> None:
         assert self._loop is not None
         protocol = self.factory()
-        closed: Callable[[], None] = lambda: self._count(-1)
-        protocol.on_closed = closed  # type: ignore[attr-defined]
+        protocol.on_closed = lambda: self._gone(protocol)  # type: ignore[attr-defined]
+        protocol.rebalance = self.should_shed  # type: ignore[attr-defined]
         try:
             await self._loop.connect_accepted_socket(lambda: protocol, conn)
         except Exception:  # the connection is gone: the count follows
@@ -206,6 +233,11 @@ class BalancedAcceptor:
             protocol.on_closed = None  # type: ignore[attr-defined]
             self._count(-1)
             conn.close()
+
+    def _gone(self, protocol: asyncio.Protocol) -> None:
+        if getattr(protocol, "shed_marked", False):
+            self.shedding -= 1
+        self._count(-1)
 
     def _count(self, change: int) -> None:
         self.count += change

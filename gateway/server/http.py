@@ -171,6 +171,10 @@ class GuardedHttpTools(HttpToolsProtocol):
     on_closed: Callable[[], None] | None = None
     """Called once when the connection is gone (a worker's connection count,
     ``gateway.server.balance``)."""
+    rebalance: Callable[[], bool] | None = None
+    """Asked as each request starts: True when this worker holds more connections than
+    its share, and this one should close once answered (``gateway.server.balance``)."""
+    shed_marked = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -245,6 +249,10 @@ class GuardedHttpTools(HttpToolsProtocol):
         if self.cycle is not None:
             extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
             extensions[BODY_WRITER] = CycleBodyWriter(self.cycle)
+            if self.rebalance is not None and self.cycle.keep_alive \
+                    and not self.shed_marked and self.rebalance():
+                self.shed_marked = True
+                self.cycle.keep_alive = False  # "connection: close" on the answer, then closed
         self._arm(self.limits.body_timeout, "the request body did not arrive in time",
                   kind="body")
 

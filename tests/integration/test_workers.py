@@ -130,6 +130,43 @@ def test_a_client_pool_opened_at_once_spreads_over_both_workers(
     assert min(served["0"], served["1"]) >= 21, served  # 8 connections each, give or take one
 
 
+def test_after_a_worker_restarts_a_client_s_kept_connections_spread_again(
+        gateway: GatewayProcess) -> None:
+    """A client keeps a pool of 16 connections; one worker is killed, so its sibling
+    takes every connection the pool opens again. Once the worker is back, the sibling
+    closes the connections it holds over its share after their next answers, and the
+    pool's new connections go to the worker that came back."""
+    async def main() -> None:
+        client = openai.AsyncOpenAI(base_url=gateway.url + "/v1", api_key="x", max_retries=2)
+
+        async def burst(turn: int) -> None:
+            await asyncio.gather(*(client.chat.completions.create(
+                model=MODEL, max_tokens=8, messages=[
+                    {"role": "system", "content": system_prompt(500 + i)},
+                    {"role": "user", "content": f"turn {turn}"}]) for i in range(16)))
+
+        try:
+            await burst(0)
+            pids = worker_pids(gateway)
+            os.kill(pids[0], signal.SIGKILL)
+            await burst(1)  # the pool reconnects: every connection on the survivor
+            await asyncio.to_thread(
+                wait_until, lambda: len(worker_pids(gateway)) == 2
+                and set(worker_counts(gateway)) == {"0", "1"}, 30, "the worker is back")
+            await burst(2)  # answered with "connection: close" where the survivor holds too many
+            before = await asyncio.to_thread(worker_counts, gateway)
+            for turn in range(3, 7):
+                await burst(turn)
+            served = await asyncio.to_thread(worker_counts, gateway)
+            delta = served - before
+            assert sum(delta.values()) == 64
+            assert min(delta["0"], delta["1"]) >= 26, delta  # 8 connections each, give or take
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
 def test_one_scrape_shows_every_worker(gateway: GatewayProcess) -> None:
     for seed in range(10):
         asyncio.run(ask(gateway, system_prompt(100 + seed), "hello"))

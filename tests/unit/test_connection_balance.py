@@ -133,3 +133,24 @@ def test_without_a_live_sibling_every_connection_is_taken_and_closing_counts_dow
 
     asyncio.run(main())
 
+
+
+def test_a_worker_over_its_share_gives_back_only_what_it_is_over(tmp_path: Path) -> None:
+    async def main() -> None:
+        table = ConnectionTable.create(str(tmp_path / "t"), 2)  # the sibling restarting
+        sock = listener()
+        acceptor = BalancedAcceptor(sock, Echo, table, 0)
+        acceptor.start()
+        port = sock.getsockname()[1]
+        pairs = [await connect(port) for _ in range(8)]
+        assert all([await answered(r) for r, _ in pairs])
+        assert not acceptor.should_shed()  # no live sibling to give connections to
+        table[1] = 0  # the sibling is back, with none
+        # 8 against 0: 6 over the margin of 2, and no more, however many requests ask
+        assert [acceptor.should_shed() for _ in range(10)] == [True] * 6 + [False] * 4
+        assert acceptor.shed == 6
+        acceptor.close()
+        for _, writer in pairs:
+            writer.close()
+
+    asyncio.run(main())
