@@ -64,6 +64,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import msgpack
 
@@ -323,12 +324,29 @@ class Hub:
 # -- a worker's side -----------------------------------------------------------------
 
 
+class Acceptor(Protocol):
+    """What the metrics read of a worker's acceptor (``gateway.server.balance``)."""
+
+    count: int
+    deferred: int
+    overdue: int
+    shed: int
+
+
+@dataclass
+class Connections:
+    """Where a worker's acceptor is, once its server has started one."""
+
+    acceptor: Acceptor | None = None
+
+
 @dataclass(frozen=True)
 class WorkerRole:
     """This process is worker ``index`` of a gateway whose supervisor's hub is at ``hub``."""
 
     index: int
     hub: str
+    connections: Connections = field(default_factory=Connections)
 
 
 def siblings_of(worker: WorkerRole | None, pool: ReplicaPool, policy: Policy,

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gateway.fleet.local import LocalSync
+from gateway.fleet.local import Connections, LocalSync
 from gateway.fleet.sync import FleetSync
 
 
@@ -68,8 +68,9 @@ def fleet_collectors(fleet: FleetSync | None) -> list[Collector]:
 class WorkersCollector(Collector):
     """One worker of several (``--workers N``, ``gateway.fleet.local``)."""
 
-    def __init__(self, siblings: LocalSync) -> None:
+    def __init__(self, siblings: LocalSync, connections: Connections | None = None) -> None:
         self.siblings = siblings
+        self.connections = connections
 
     def collect(self) -> Iterator[Metric]:
         siblings = self.siblings
@@ -88,7 +89,24 @@ class WorkersCollector(Collector):
                                   "Claims the hub did not answer in time (the worker kept its "
                                   "own choice): the hub or this worker's loop is behind.",
                                   value=siblings.claims_unanswered)
+        acceptor = self.connections.acceptor if self.connections is not None else None
+        if acceptor is None:
+            return
+        yield GaugeMetricFamily("prefixgate_workers_connections",
+                                "Client connections this worker holds.", value=acceptor.count)
+        yield CounterMetricFamily("prefixgate_workers_connections_left",
+                                  "Times this worker left a waiting connection to a worker "
+                                  "holding fewer.", value=acceptor.deferred)
+        yield CounterMetricFamily("prefixgate_workers_connections_overdue",
+                                  "Connections this worker took after the worker holding "
+                                  "fewer left them waiting 20 ms: that worker's loop is "
+                                  "behind, or it is gone.", value=acceptor.overdue)
+        yield CounterMetricFamily("prefixgate_workers_connections_shed",
+                                  "Connections this worker closed after an answer "
+                                  "(Connection: close) because it held more than its share.",
+                                  value=acceptor.shed)
 
 
-def worker_collectors(siblings: LocalSync | None) -> list[Collector]:
-    return [] if siblings is None else [WorkersCollector(siblings)]
+def worker_collectors(siblings: LocalSync | None,
+                      connections: Connections | None = None) -> list[Collector]:
+    return [] if siblings is None else [WorkersCollector(siblings, connections)]

@@ -41,6 +41,9 @@ import select
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from gateway.fleet.local import Connections
 
 log = logging.getLogger("prefixgate.server")
 
@@ -99,6 +102,16 @@ class ConnectionTable:
         with contextlib.suppress(BufferError):
             self._slots.release()
             self._map.close()
+
+
+@dataclass(frozen=True)
+class Balance:
+    """What a worker's server needs to balance its client port: the table, its slot, and
+    where to leave its acceptor for the metrics."""
+
+    table: ConnectionTable
+    index: int
+    connections: Connections | None = None
 
 
 class BalancedAcceptor:

@@ -68,7 +68,7 @@ from gateway.config import ServerSettings, Settings
 from gateway.errors import error_body
 from gateway.request.drain import Drain
 from gateway.request.streaming import BODY_WRITER
-from gateway.server.balance import BalancedAcceptor, ConnectionTable
+from gateway.server.balance import Balance, BalancedAcceptor
 from gateway.server.request_ids import clean_request_id
 
 log = logging.getLogger("prefixgate.server")
@@ -322,12 +322,12 @@ class GatewayServer(uvicorn.Server):
     """uvicorn's server, whose first SIGTERM/SIGINT drains before it stops."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain,
-                 balance: tuple[ConnectionTable, int] | None = None) -> None:
+                 balance: Balance | None = None) -> None:
         super().__init__(config)
         self.drain = drain
         self.balance = balance
-        """A worker's connection table and index: its client port is accepted from by a
-        :class:`BalancedAcceptor` instead of asyncio's server."""
+        """A worker's: its client port is accepted from by a :class:`BalancedAcceptor`
+        instead of asyncio's server."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -337,10 +337,12 @@ class GatewayServer(uvicorn.Server):
             await super().startup(sockets)
             return
         await super().startup(sockets[1:])  # the probe port, if any: uvicorn's own server
-        table, index = self.balance
-        acceptor = BalancedAcceptor(sockets[0], self._protocol, table, index,
+        balance = self.balance
+        acceptor = BalancedAcceptor(sockets[0], self._protocol, balance.table, balance.index,
                                     backlog=self.config.backlog)
         acceptor.start()
+        if balance.connections is not None:
+            balance.connections.acceptor = acceptor
         self.servers.insert(0, acceptor)  # type: ignore[arg-type]  # closed as servers are
 
     def _protocol(self) -> asyncio.Protocol:
@@ -401,7 +403,7 @@ def bind_all(settings: Settings) -> list[socket.socket]:
 
 
 def serve_app(app: Any, settings: Settings, sockets: list[socket.socket] | None = None,
-              announce: bool = True, balance: tuple[ConnectionTable, int] | None = None) -> None:
+              announce: bool = True, balance: Balance | None = None) -> None:
     """Serve until SIGTERM/SIGINT, drain, stop; returns normally after a drain. ``sockets``:
     bound already (a worker's, inherited from the supervisor), else bound here."""
     drain = getattr(app, "drain", None) or Drain(settings.drain_seconds)

@@ -118,7 +118,8 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         live_lint = LiveLint(lint, metrics, preparing) if live.lint.enabled else None
         trace = build_trace(live.trace, policy.name)
         register_collectors(metrics, pool, hashers, lint, keys, fleet, trace)
-        metrics.register(*worker_collectors(siblings))
+        metrics.register(*worker_collectors(
+            siblings, worker.connections if worker is not None else None))
         metrics.register(LoadCollector(  # the gateway's own saturation (gateway.ops.load)
             lambda: preparing.count, drain.in_flight,
             live_lint.queued if live_lint is not None else None))

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from gateway.config import Settings
 from gateway.fleet.local import WorkerRole
 from gateway.server.app import create_app
-from gateway.server.balance import ConnectionTable
+from gateway.server.balance import Balance, ConnectionTable
 from gateway.server.http import serve_app
 
 _PR_SET_PDEATHSIG = 1
@@ -48,9 +48,11 @@ def main(argv: Sequence[str]) -> int:
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     sockets = [socket.socket(fileno=fd) for fd in fds]
-    app = create_app(settings, worker=WorkerRole(index, hub))
+    role = WorkerRole(index, hub)
+    app = create_app(settings, worker=role)
     table = ConnectionTable(table_path, int(workers))
-    serve_app(app, settings, sockets, announce=index == 0, balance=(table, index))
+    serve_app(app, settings, sockets, announce=index == 0,
+              balance=Balance(table, index, role.connections))
     return 0
 
 

@@ -161,6 +161,15 @@ def test_after_a_worker_restarts_a_client_s_kept_connections_spread_again(
             delta = served - before
             assert sum(delta.values()) == 64
             assert min(delta["0"], delta["1"]) >= 26, delta  # 8 connections each, give or take
+            text = (await asyncio.to_thread(
+                httpx.get, gateway.url + "/metrics", timeout=10)).text
+            held = {line.split('worker="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+                    for line in text.splitlines()
+                    if line.startswith("prefixgate_workers_connections{")}
+            assert set(held) == {"0", "1"} and abs(held["0"] - held["1"]) <= 3, held
+            shed = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("prefixgate_workers_connections_shed_total{")]
+            assert sum(shed) >= 4, shed
         finally:
             await client.close()
 
