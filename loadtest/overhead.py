@@ -35,6 +35,15 @@ the other CPUs, as when the gateway runs on its own cores: what is measured
 is then the gateway's own path, not its fight with the load generator for a
 core.
 
+``--core-quota C`` holds each serving process of every proxy path to ``C`` of
+one core (:mod:`.cpu_quota`: a gateway's process, each worker of
+``--workers N``, the null proxy, a peer), leaving the replica and the load
+generator free: at a concurrency that saturates them, each path's throughput
+is what its share of the CPU serves, and N workers against one is the gain
+of N cores, measurable on a box too small to give each its own. The report
+adds each path's limited processes, their CPU and the periods they were
+throttled in (a path never throttled was not the bottleneck).
+
 ``--null-proxy`` adds a path through a pass-through proxy on the gateway's
 server stack (``loadtest/null_proxy.py``, pinned like the gateways): what the
 extra hop alone costs on this machine, so that a gateway's figures minus the
