@@ -111,16 +111,24 @@ def test_a_connection_the_sibling_does_not_take_is_taken_after_the_longest_wait(
     asyncio.run(main())
 
 
+async def holding(tmp_path: Path, connections: int) -> tuple[
+        ConnectionTable, BalancedAcceptor, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    """Worker 0 with its sibling absent (every connection is its), holding ``connections``
+    answered connections."""
+    table = ConnectionTable.create(str(tmp_path / "t"), 2)
+    sock = listener()
+    acceptor = BalancedAcceptor(sock, Echo, table, 0)
+    acceptor.start()
+    port = sock.getsockname()[1]
+    pairs = [await connect(port) for _ in range(connections)]
+    assert all([await answered(r) for r, _ in pairs])
+    return table, acceptor, pairs
+
+
 def test_without_a_live_sibling_every_connection_is_taken_and_closing_counts_down(
         tmp_path: Path) -> None:
     async def main() -> None:
-        table = ConnectionTable.create(str(tmp_path / "t"), 2)  # the sibling absent
-        sock = listener()
-        acceptor = BalancedAcceptor(sock, Echo, table, 0)
-        acceptor.start()
-        port = sock.getsockname()[1]
-        pairs = [await connect(port) for _ in range(5)]
-        assert all([await answered(r) for r, _ in pairs])
+        table, acceptor, pairs = await holding(tmp_path, 5)
         assert acceptor.count == 5 and acceptor.deferred == 0
         for _, writer in pairs[:3]:
             writer.close()
@@ -134,16 +142,9 @@ def test_without_a_live_sibling_every_connection_is_taken_and_closing_counts_dow
     asyncio.run(main())
 
 
-
 def test_a_worker_over_its_share_gives_back_only_what_it_is_over(tmp_path: Path) -> None:
     async def main() -> None:
-        table = ConnectionTable.create(str(tmp_path / "t"), 2)  # the sibling restarting
-        sock = listener()
-        acceptor = BalancedAcceptor(sock, Echo, table, 0)
-        acceptor.start()
-        port = sock.getsockname()[1]
-        pairs = [await connect(port) for _ in range(8)]
-        assert all([await answered(r) for r, _ in pairs])
+        table, acceptor, pairs = await holding(tmp_path, 8)  # the sibling restarting
         assert not acceptor.should_shed()  # no live sibling to give connections to
         table[1] = 0  # the sibling is back, with none
         # 8 against 0: 6 over the margin of 2, and no more, however many requests ask
