@@ -107,7 +107,14 @@ from loadtest.loop import loop_name, run
 from loadtest.machine import machine_info
 from loadtest.measure import MeasuredRun, RunLimits, RunTarget, measure
 from loadtest.plots import ttft_cdf
-from loadtest.proc_tree import all_stats, descendants, tree_cpu_seconds, tree_shape, tree_threads
+from loadtest.proc_tree import (
+    ProcStat,
+    all_stats,
+    descendants,
+    tree_cpu_seconds,
+    tree_shape,
+    tree_threads,
+)
 from loadtest.processes import Service, ServiceGroup, free_port
 from loadtest.results import ContenderResult
 from loadtest.sims import SimFleetSpec, reset_caches, start_sims
@@ -636,7 +643,7 @@ def limit_cores(cores: float, pids: dict[str, int]) -> Iterator[CoreQuota]:
         quota.close()
 
 
-def _settled_stats(roots: list[int], tries: int = 20) -> dict[int, Any]:
+def _settled_stats(roots: list[int], tries: int = 20) -> dict[int, ProcStat]:
     """``/proc``'s processes once the trees under ``roots`` kept their size for a second."""
     sizes: list[int] = []
     stats = all_stats()

@@ -72,7 +72,6 @@ class ConnectionTable:
     its worker exits."""
 
     def __init__(self, path: str, workers: int) -> None:
-        self.workers = workers
         fd = os.open(path, os.O_RDWR)
         try:
             self._map = mmap.mmap(fd, workers * 8)
@@ -98,11 +97,6 @@ class ConnectionTable:
         others = [v for i, v in enumerate(self._slots) if i != index and v != ABSENT]
         return min(others) if others else None
 
-    def close(self) -> None:
-        with contextlib.suppress(BufferError):
-            self._slots.release()
-            self._map.close()
-
 
 @dataclass(frozen=True)
 class Balance:
@@ -111,7 +105,7 @@ class Balance:
 
     table: ConnectionTable
     index: int
-    connections: Connections | None = None
+    connections: Connections
 
 
 class BalancedAcceptor:

@@ -341,8 +341,7 @@ class GatewayServer(uvicorn.Server):
         acceptor = BalancedAcceptor(sockets[0], self._protocol, balance.table, balance.index,
                                     backlog=self.config.backlog)
         acceptor.start()
-        if balance.connections is not None:
-            balance.connections.acceptor = acceptor
+        balance.connections.acceptor = acceptor
         self.servers.insert(0, acceptor)  # type: ignore[arg-type]  # closed as servers are
 
     def _protocol(self) -> asyncio.Protocol:
