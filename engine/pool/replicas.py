@@ -203,6 +203,9 @@ class ReplicaPool:
         self.models_every = max(1, models_every)
         self.default_block_size = default_block_size
         self._listeners: list[HealthListener] = []
+        self.on_inflight: Callable[[], None] | None = None
+        """Called as a lease starts or ends (the pool's own in-flight count changed):
+        a gateway's worker tells its siblings (``gateway.fleet.local``)."""
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle -----------------------------------------------------------
@@ -305,6 +308,8 @@ class ReplicaPool:
         replica = self._replicas[replica_id]
         now = self._clock()
         replica.inflight += 1
+        if self.on_inflight is not None:
+            self.on_inflight()
         ticket, ahead = replica.prefill.add(prefill_tokens, now, PREFILL_SECONDS_PER_TOKEN)
         lease = Lease(replica, prefill_tokens, ahead + prefill_tokens,
                       trial=replica.breaker.attempt(now), ticket=ticket, sent_at=now)
@@ -312,6 +317,8 @@ class ReplicaPool:
             yield lease
         finally:
             replica.inflight -= 1
+            if self.on_inflight is not None:
+                self.on_inflight()
             self._settle(lease)
             replica.breaker.attempt_ended(lease.trial)
 

@@ -62,7 +62,7 @@ import os
 import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -92,7 +92,9 @@ log = logging.getLogger("prefixgate.workers")
 LOCAL_OPTIONS = FleetOptions(flush_seconds=0.001, load_tick_seconds=0.02,
                              heartbeat_seconds=1.0, load_ttl_seconds=3.0,
                              startup_sync_seconds=3.0)
-"""In-host: a batch leaves within a millisecond, in-flight counts every 20 ms."""
+"""In-host: a batch leaves within a millisecond with the in-flight counts when they
+changed; a count that changed with nothing to send (a request ended) leaves 20 ms later.
+Nothing polls: a worker without requests wakes once a second, for the heartbeat."""
 
 CLAIM_SECONDS = 2.0
 """How long a worker's choice for a new prefix stands: past its first byte the others
@@ -116,6 +118,8 @@ by the asking worker."""
 SAMPLER_MAX_AGE_SECONDS = 1.0
 """A merge this young answers an ops sampler's ask (every worker's asks every 2 s: about
 one merge a second, however many workers); a scrape takes none older than itself."""
+READ_BYTES = 1 << 18
+"""What one read of the hub's socket takes at most."""
 WRITE_BUFFER_LIMIT = 16 << 20
 """A worker that does not read: frames to it are dropped past this many queued bytes."""
 
@@ -136,6 +140,28 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     if size > MAX_FRAME:
         raise BadPayload(f"a {size}-byte frame")
     return kind, await reader.readexactly(size)
+
+
+async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bytes]]:
+    """Every frame, as it comes: what one read brings is split into its frames (one
+    await a read, not two a frame); ``IncompleteReadError`` at the end."""
+    buffer = bytearray()
+    while True:
+        data = await reader.read(READ_BYTES)
+        if not data:
+            raise asyncio.IncompleteReadError(bytes(buffer), None)
+        buffer += data
+        start = 0
+        while len(buffer) - start >= _HEADER.size:
+            kind, size = _HEADER.unpack_from(buffer, start)
+            if size > MAX_FRAME:
+                raise BadPayload(f"a {size}-byte frame")
+            end = start + _HEADER.size + size
+            if end > len(buffer):
+                break
+            yield kind, bytes(buffer[start + _HEADER.size:end])
+            start = end
+        del buffer[:start]
 
 
 # -- the supervisor's side -----------------------------------------------------------
@@ -201,8 +227,7 @@ class Hub:
         snapshot = self.journal.snapshot("0-0", self.clock(), time.time())
         worker.send(frame(b"S", encode_snapshot(snapshot)))
         try:
-            while True:
-                kind, payload = await read_frame(reader)
+            async for kind, payload in read_frames(reader):
                 self._handle(worker, kind, payload)
         except (asyncio.IncompleteReadError, ConnectionError, BadPayload, ValueError,
                 struct.error):
@@ -387,6 +412,9 @@ class LocalSync(SharedRouting):
         self._unanswered_at = -CLAIM_BACKOFF_SECONDS
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
+        self._load_tick: asyncio.TimerHandle | None = None
+        if share_routing:
+            pool.on_inflight = self._arm_load_tick
 
     def status(self) -> dict[str, object]:
         return {"worker": self.index, "up": self.up,
@@ -417,6 +445,8 @@ class LocalSync(SharedRouting):
     async def aclose(self) -> None:
         await cancel(*self._tasks)
         self._tasks.clear()
+        if self._load_tick is not None:
+            self._load_tick.cancel()
         if self._writer is not None:
             self._writer.close()
         for answer in self._answers.values():
@@ -487,13 +517,18 @@ class LocalSync(SharedRouting):
         prefix off it. The queue keeps the order when it holds anything, or when the
         hub is not reading."""
         writer = self._writer
-        if self.up and writer is not None and not self._pending and not writer.is_closing() \
-                and writer.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT:
+        if writer is not None and self._writable(writer):
             self._outbox.append(entry)
             if len(self._outbox) == 1:
                 asyncio.get_running_loop().call_soon(self._flush_outbox)
             return
         super()._queue(entry)
+
+    def _writable(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether a batch can go now, in order: nothing queued before it, the hub
+        reading."""
+        return self.up and not self._pending and not writer.is_closing() \
+            and writer.transport.get_write_buffer_size() < WRITE_BUFFER_LIMIT
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []
@@ -510,6 +545,42 @@ class LocalSync(SharedRouting):
             self._sent_load, self._sent_load_at = inflight, self.clock()
         writer.write(frame(b"B", encode_batch(self.instance, outbox)))
 
+    async def _publish_loop(self) -> None:
+        """What the end of a turn could not send (the queue, kept while the hub was not
+        reading), and the heartbeat. Not a poll: in-flight counts go with each batch and
+        on the load tick (``_arm_load_tick``), so a worker without requests sleeps."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.options.heartbeat_seconds)
+            self._wake.clear()
+            now = self.clock()
+            self._expire_remote(now)
+            while self._pending or self._load_due(now):
+                await self._publish(self._take(now), now)
+
+    def _arm_load_tick(self) -> None:
+        """A lease started or ended: ``load_tick_seconds`` later this worker's count
+        goes to the siblings, unless a batch carried it meanwhile (under load they
+        mostly do: a request that ends has nothing else to send)."""
+        if self._load_tick is None and self.up:
+            self._load_tick = asyncio.get_running_loop().call_later(
+                self.options.load_tick_seconds, self._on_load_tick)
+
+    def _on_load_tick(self) -> None:
+        self._load_tick = None
+        inflight = self._own_inflight()
+        if inflight == self._sent_load:
+            return
+        if self.clock() - self._sent_load_at < self.options.load_tick_seconds:
+            self._arm_load_tick()  # a batch carried a count just now: the next tick
+            return
+        writer = self._writer
+        if writer is None or not self._writable(writer):
+            self._wake.set()  # the publish loop sends it, behind what is queued
+            return
+        self._sent_load, self._sent_load_at = inflight, self.clock()
+        writer.write(frame(b"B", encode_batch(self.instance, [Load(inflight)])))
+
     async def _send(self, batch: list[Entry]) -> None:
         if self._writer is None:
             raise ConnectionError("no hub")
@@ -519,8 +590,7 @@ class LocalSync(SharedRouting):
 
     async def _read_loop(self, reader: asyncio.StreamReader) -> None:
         try:
-            while True:
-                kind, payload = await read_frame(reader)
+            async for kind, payload in read_frames(reader):
                 if kind == b"B":
                     try:
                         batch = decode_batch(payload)

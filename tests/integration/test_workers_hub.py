@@ -8,6 +8,7 @@ its policy weighs, and stops counting a sibling's the moment it is gone.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,7 +21,8 @@ from engine.backends.base import Timeouts
 from engine.backends.httpx_client import HttpxBackend
 from engine.pool.replicas import ReplicaPool, ReplicaSpec
 from gateway.config import load_settings
-from gateway.fleet.local import Hub, LocalSync, WorkerRole, _Worker
+from gateway.fleet.local import LOCAL_OPTIONS, Hub, LocalSync, WorkerRole, _Worker
+from gateway.fleet.shared import FleetOptions
 from gateway.server.app import create_app
 from policies.prefix import prefix_policy
 from policies.types import RouteRequest
@@ -48,10 +50,11 @@ async def hub(tmp_path: Path) -> AsyncIterator[Hub]:
     await started.aclose()
 
 
-async def worker(hub: Hub, index: int) -> tuple[LocalSync, ReplicaPool]:
+async def worker(hub: Hub, index: int,
+                 options: FleetOptions = LOCAL_OPTIONS) -> tuple[LocalSync, ReplicaPool]:
     pool = await new_pool()
     sync = LocalSync(hub.path, index, pool, prefix_policy({}, clock=time.monotonic),
-                     lambda: b"", lambda: b"")
+                     lambda: b"", lambda: b"", options=options)
     await sync.start()
     assert sync.up
     return sync, pool
@@ -69,6 +72,29 @@ async def test_a_siblings_in_flight_requests_count_until_it_is_gone(hub: Hub) ->
         await eventually(lambda: b_pool.get("r1").remote_inflight == 0, 5,
                          "worker A's requests stop counting when it is gone")
     finally:
+        await b.aclose()
+        await a_pool.aclose()
+        await b_pool.aclose()
+
+
+async def test_requests_that_start_and_end_are_counted_by_a_sibling_without_a_heartbeat(
+        hub: Hub) -> None:
+    """A lease is all a request without a prefix (a load-only policy, a route that is not
+    prefix-routed) has to tell: its count goes to the siblings as it starts and as it
+    ends, not only with the next heartbeat (an hour away here)."""
+    quiet = dataclasses.replace(LOCAL_OPTIONS, heartbeat_seconds=3600.0)
+    a, a_pool = await worker(hub, 0, quiet)
+    b, b_pool = await worker(hub, 1, quiet)
+    try:
+        with a_pool.lease("r1"), a_pool.lease("r1"), a_pool.lease("r0"):
+            await eventually(lambda: (b_pool.get("r0").remote_inflight,
+                                      b_pool.get("r1").remote_inflight) == (1, 2), 5,
+                             "worker B counts worker A's requests as they start")
+        await eventually(lambda: b_pool.get("r1").remote_inflight == 0
+                         and b_pool.get("r0").remote_inflight == 0, 5,
+                         "and stops counting them as they end")
+    finally:
+        await a.aclose()
         await b.aclose()
         await a_pool.aclose()
         await b_pool.aclose()
