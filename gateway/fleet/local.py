@@ -93,8 +93,7 @@ LOCAL_OPTIONS = FleetOptions(flush_seconds=0.001, load_tick_seconds=0.02,
                              heartbeat_seconds=1.0, load_ttl_seconds=3.0,
                              startup_sync_seconds=3.0)
 """In-host: a batch leaves within a millisecond with the in-flight counts when they
-changed; a count that changed with nothing to send (a request ended) leaves 20 ms later.
-Nothing polls: a worker without requests wakes once a second, for the heartbeat."""
+changed; a count that changed with nothing to send (a request ended) leaves 20 ms later."""
 
 CLAIM_SECONDS = 2.0
 """How long a worker's choice for a new prefix stands: past its first byte the others
@@ -412,9 +411,8 @@ class LocalSync(SharedRouting):
         self._unanswered_at = -CLAIM_BACKOFF_SECONDS
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task[None]] = []
-        self._load_tick: asyncio.TimerHandle | None = None
         if share_routing:
-            pool.on_inflight = self._arm_load_tick
+            self.watch_inflight()
 
     def status(self) -> dict[str, object]:
         return {"worker": self.index, "up": self.up,
@@ -445,8 +443,7 @@ class LocalSync(SharedRouting):
     async def aclose(self) -> None:
         await cancel(*self._tasks)
         self._tasks.clear()
-        if self._load_tick is not None:
-            self._load_tick.cancel()
+        self._stop_load_tick()
         if self._writer is not None:
             self._writer.close()
         for answer in self._answers.values():
@@ -545,28 +542,10 @@ class LocalSync(SharedRouting):
             self._sent_load, self._sent_load_at = inflight, self.clock()
         writer.write(frame(b"B", encode_batch(self.instance, outbox)))
 
-    async def _publish_loop(self) -> None:
-        """What the end of a turn could not send (the queue, kept while the hub was not
-        reading), and the heartbeat. Not a poll: in-flight counts go with each batch and
-        on the load tick (``_arm_load_tick``), so a worker without requests sleeps."""
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.options.heartbeat_seconds)
-            self._wake.clear()
-            now = self.clock()
-            self._expire_remote(now)
-            while self._pending or self._load_due(now):
-                await self._publish(self._take(now), now)
-
-    def _arm_load_tick(self) -> None:
-        """A lease started or ended: ``load_tick_seconds`` later this worker's count
-        goes to the siblings, unless a batch carried it meanwhile (under load they
-        mostly do: a request that ends has nothing else to send)."""
-        if self._load_tick is None and self.up:
-            self._load_tick = asyncio.get_running_loop().call_later(
-                self.options.load_tick_seconds, self._on_load_tick)
-
     def _on_load_tick(self) -> None:
+        """The count goes to the siblings unless a batch carried it meanwhile (under load
+        they mostly do: a request that ends has nothing else to send), at once, not
+        through the publish loop."""
         self._load_tick = None
         inflight = self._own_inflight()
         if inflight == self._sent_load:

@@ -10,7 +10,10 @@ and both do the same on either side of the wire, here:
   I/O on the request's path; a full queue drops and counts); the carrier's
   publish loop takes batches (:meth:`SharedRouting._take`), with this
   instance's in-flight requests per replica when they changed and as a
-  heartbeat (:meth:`SharedRouting._load_due`).
+  heartbeat (:meth:`SharedRouting._load_due`). Nothing polls: the loop
+  wakes for queued entries, ``load_tick_seconds`` after a lease changed the
+  in-flight counts (``ReplicaPool.on_inflight``), and twice a heartbeat;
+  an instance without requests wakes twice a second.
 * **In.** A batch of another instance teaches the policy
   (``Policy.learn_remote``) for replicas this instance knows and finds
   healthy; in-flight gauges are summed over the instances heard from within
@@ -89,6 +92,12 @@ class SharedRouting:
         self._remote_load: dict[str, tuple[dict[str, int], float]] = {}
         self._sent_load: dict[str, int] | None = None
         self._sent_load_at = 0.0
+        self._load_tick: asyncio.TimerHandle | None = None
+
+    def watch_inflight(self) -> None:
+        """Tell the others of this instance's in-flight requests as leases change them
+        (the carrier that shares the routing state: one per pool)."""
+        self.pool.on_inflight = self._arm_load_tick
 
     # -- the request path: never awaits ------------------------------------------
 
@@ -135,11 +144,32 @@ class SharedRouting:
     async def _after_publish(self, now: float) -> None:
         """What the carrier does once the queue is drained (Redis: the snapshot)."""
 
+    def _arm_load_tick(self) -> None:
+        """A lease started or ended: ``load_tick_seconds`` later the count goes out, unless
+        it went meanwhile (once armed, later changes ride on the same tick)."""
+        if self._load_tick is not None or not self.up:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a lease outside the serving loop: the heartbeat tells
+            return
+        self._load_tick = loop.call_later(self.options.load_tick_seconds, self._on_load_tick)
+
+    def _on_load_tick(self) -> None:
+        self._load_tick = None
+        if self._own_inflight() != self._sent_load:
+            self._wake.set()
+
+    def _stop_load_tick(self) -> None:
+        if self._load_tick is not None:
+            self._load_tick.cancel()
+            self._load_tick = None
+
     async def _publish_loop(self) -> None:
         options = self.options
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), options.load_tick_seconds)
+                await asyncio.wait_for(self._wake.wait(), options.heartbeat_seconds / 2)
             self._wake.clear()
             if self._pending and len(self._pending) < options.batch_entries:
                 await asyncio.sleep(options.flush_seconds)

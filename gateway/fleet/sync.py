@@ -9,9 +9,10 @@ no decision ever waits for Redis.
   nothing else on the request's path (full: the entry is dropped and
   counted). A background task drains it every ``flush_seconds`` (or at
   ``batch_entries``) into one stream entry (``XADD {prefix}stream MAXLEN ~
-  stream_maxlen``, msgpack: see ``gateway.fleet.codec``). Every
-  ``load_tick_seconds`` it adds the instance's own in-flight requests per
-  replica when they changed, and at least every ``heartbeat_seconds``.
+  stream_maxlen``, msgpack: see ``gateway.fleet.codec``).
+  ``load_tick_seconds`` after a lease changed them it adds the instance's
+  own in-flight requests per replica when they changed, and at least every
+  ``heartbeat_seconds``.
 * **Applying.** Another task reads the stream (``XREAD BLOCK``) and, for
   entries of other instances, calls ``Policy.learn_remote`` (the prefix
   index records the blocks, the session table the session) for replicas
@@ -121,6 +122,7 @@ class FleetSync(SharedRouting):
         self._tasks: list[asyncio.Task[None]] = []
         self._lost = False
         pool.add_listener(self._on_health)
+        self.watch_inflight()
 
     def status(self) -> dict[str, object]:
         """For ``/ready``: Redis is optional, so this never makes the gateway unready."""
@@ -142,6 +144,7 @@ class FleetSync(SharedRouting):
     async def aclose(self) -> None:
         await cancel(*self._tasks)
         self._tasks.clear()
+        self._stop_load_tick()
         if self.up:  # the others stop counting this instance's requests at once
             with contextlib.suppress(*REDIS_ERRORS):
                 await asyncio.wait_for(self._xadd([Load({})]), 1.0)
