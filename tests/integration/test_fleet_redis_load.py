@@ -14,13 +14,11 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from engine.backends.base import Timeouts
-from engine.backends.httpx_client import HttpxBackend
-from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from engine.pool.replicas import ReplicaPool
 from gateway.fleet.sync import FleetOptions, FleetSync
 from policies.least_load import LeastLoad
 from tests.support.waiting import eventually
-from tests.unit.fake_replica import FakeReplica
+from tests.unit.fake_replica import fake_pool
 
 from .conftest import SYSTEM_REDIS
 
@@ -28,13 +26,7 @@ QUIET = FleetOptions(heartbeat_seconds=3600.0, load_ttl_seconds=3600.0)
 
 
 async def new_pool() -> ReplicaPool:
-    replicas = [(ReplicaSpec(name, f"http://{name}", model="m"),
-                 HttpxBackend(name, f"http://{name}", Timeouts(),
-                              transport=FakeReplica(name).transport()))
-                for name in ("r0", "r1")]
-    pool = ReplicaPool(replicas, health_interval=3600)
-    await pool.start()
-    return pool
+    return await fake_pool("r0", "r1")
 
 
 @pytest.fixture

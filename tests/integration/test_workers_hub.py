@@ -17,9 +17,7 @@ import httpx
 import pytest
 from asgi_lifespan import LifespanManager
 
-from engine.backends.base import Timeouts
-from engine.backends.httpx_client import HttpxBackend
-from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from engine.pool.replicas import ReplicaPool
 from gateway.config import load_settings
 from gateway.fleet.local import LOCAL_OPTIONS, Hub, LocalSync, WorkerRole, _Worker
 from gateway.fleet.shared import FleetOptions
@@ -27,19 +25,13 @@ from gateway.server.app import create_app
 from policies.prefix import prefix_policy
 from policies.types import RouteRequest
 from tests.support.waiting import eventually
-from tests.unit.fake_replica import FakeReplica
+from tests.unit.fake_replica import FakeReplica, fake_pool
 
 PROMPT = tuple(range(500, 512))
 
 
 async def new_pool() -> ReplicaPool:
-    replicas = [(ReplicaSpec(name, f"http://{name}", model="m"),
-                 HttpxBackend(name, f"http://{name}", Timeouts(),
-                              transport=FakeReplica(name).transport()))
-                for name in ("r0", "r1")]
-    pool = ReplicaPool(replicas, health_interval=3600)
-    await pool.start()
-    return pool
+    return await fake_pool("r0", "r1")
 
 
 @pytest.fixture

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from engine.backends.base import Timeouts
+from engine.backends.httpx_client import HttpxBackend
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
+
 
 @dataclass
 class FakeReplica:
@@ -75,3 +79,14 @@ class _Stream(httpx.AsyncByteStream):
                      "choices": [{"index": 0, "delta": {"content": f"t{i}"}}]}
             yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
         yield b"data: [DONE]\n\n"
+
+
+async def fake_pool(*names: str) -> ReplicaPool:
+    """A started pool of fake replicas serving model ``m`` (no health probes)."""
+    replicas = [(ReplicaSpec(name, f"http://{name}", model="m"),
+                 HttpxBackend(name, f"http://{name}", Timeouts(),
+                              transport=FakeReplica(name).transport()))
+                for name in names]
+    pool = ReplicaPool(replicas, health_interval=3600)
+    await pool.start()
+    return pool
