@@ -133,14 +133,6 @@ def frame(kind: bytes, payload: bytes) -> bytes:
     return _HEADER.pack(kind, len(payload)) + payload
 
 
-async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
-    """The next frame's kind and payload; ``IncompleteReadError`` at the end."""
-    kind, size = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if size > MAX_FRAME:
-        raise BadPayload(f"a {size}-byte frame")
-    return kind, await reader.readexactly(size)
-
-
 async def read_frames(reader: asyncio.StreamReader) -> AsyncIterator[tuple[bytes, bytes]]:
     """Every frame, as it comes: what one read brings is split into its frames (one
     await a read, not two a frame); ``IncompleteReadError`` at the end."""
@@ -427,7 +419,8 @@ class LocalSync(SharedRouting):
                 self.options.startup_sync_seconds)
             self._writer = writer
             writer.write(frame(b"H", str(self.index).encode()))
-            kind, payload = await asyncio.wait_for(read_frame(reader),
+            frames = read_frames(reader)
+            kind, payload = await asyncio.wait_for(anext(frames),
                                                    self.options.startup_sync_seconds)
             if kind == b"S" and self.share_routing:
                 self._learn_snapshot(decode_snapshot(payload), 0.0)
@@ -436,7 +429,7 @@ class LocalSync(SharedRouting):
             log.warning("worker %d: the supervisor's hub (%s) is not there (%s): routing on "
                         "this worker's own state", self.index, self.path, exc)
             return
-        self._tasks = [asyncio.create_task(self._read_loop(reader), name="workers-read")]
+        self._tasks = [asyncio.create_task(self._read_loop(frames), name="workers-read")]
         if self.share_routing:
             self._tasks.append(asyncio.create_task(self._publish_loop(), name="workers-publish"))
 
@@ -567,9 +560,9 @@ class LocalSync(SharedRouting):
         self._writer.write(frame(b"B", encode_batch(self.instance, batch)))
         await self._writer.drain()
 
-    async def _read_loop(self, reader: asyncio.StreamReader) -> None:
+    async def _read_loop(self, frames: AsyncIterator[tuple[bytes, bytes]]) -> None:
         try:
-            async for kind, payload in read_frames(reader):
+            async for kind, payload in frames:
                 if kind == b"B":
                     try:
                         batch = decode_batch(payload)
