@@ -8,14 +8,19 @@ instances through Redis (``gateway.fleet.shared``), carried in-host:
 * **Batches.** A worker's batch (what its policy learned from a first byte,
   its in-flight requests per replica, and, here only, each request's way
   there: sent, or failed before its first byte) goes to the hub, which hands
-  it at once to every other worker and keeps what was learned in a bounded
-  journal. A worker writes what one turn of its event loop produced at the
+  it at once to every other worker, as it came (the hub does not decode it),
+  and keeps it in a bounded window that becomes the journal only when a
+  worker starts. A worker writes what one turn of its event loop produced at the
   end of that turn (not after Redis's 5 ms flush), with its in-flight count
   when it changed: a sibling's prefix is pending for a worker, and its
   queued prefill priced, about as soon as it was sent.
 * **Start.** A worker that connects (the first ones, or one that replaced a
   worker that died) gets the journal as a snapshot first, so a restarted
-  worker starts from what the others know.
+  worker starts from what the others know. The hub folds the window of
+  batches into the journal then (``JOURNAL_WINDOW_BYTES`` of the latest
+  batches, a few thousand requests), not as each batch passes: decoding
+  every batch to keep the journal up to date was about a third of the hub's
+  CPU, for a journal read only when a worker starts.
 * **Claims.** Two workers taking the first requests of a burst of one new
   prefix at the same moment (the kernel splits the connections) would each
   place it before hearing of the other. So a worker about to send a prompt
@@ -61,7 +66,7 @@ import logging
 import os
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -119,6 +124,11 @@ SAMPLER_MAX_AGE_SECONDS = 1.0
 one merge a second, however many workers); a scrape takes none older than itself."""
 READ_BYTES = 1 << 18
 """What one read of the hub's socket takes at most."""
+JOURNAL_WINDOW_BYTES = 8 << 20
+"""The hub keeps the latest batches up to this many bytes for the journal (a 2,048-token
+prompt's two entries take about 2 KiB: some 4,000 requests); older ones are dropped unread."""
+FOLD_CHUNK = 256
+"""Batches folded into the journal between two turns of the hub's loop."""
 WRITE_BUFFER_LIMIT = 16 << 20
 """A worker that does not read: frames to it are dropped past this many queued bytes."""
 
@@ -182,10 +192,16 @@ class Hub:
     """Relays every worker's batches to the others; keeps a journal for new workers."""
 
     def __init__(self, path: str, *, blocks_per_replica: int = 16_384,
+                 window_bytes: int = JOURNAL_WINDOW_BYTES,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
         self.clock = clock
-        self.journal = Journal(blocks_per_replica=blocks_per_replica)
+        self.window_bytes = window_bytes
+        self._journal = Journal(blocks_per_replica=blocks_per_replica)
+        self._window: deque[tuple[float, bytes]] = deque()
+        """Batches not yet in the journal, oldest first, with when they came."""
+        self._window_bytes = 0
+        self._folding = asyncio.Lock()
         self.workers: set[_Worker] = set()
         self._gathers: dict[int, _Gather] = {}
         self._ids = itertools.count(1)
@@ -212,12 +228,44 @@ class Hub:
             merge.cancel()
         await cancel(*self._tasks)
 
+    @property
+    def journal(self) -> Journal:
+        """What the workers learned: the window folded in."""
+        self._fold(len(self._window))
+        return self._journal
+
+    def _keep(self, payload: bytes, now: float) -> None:
+        self._window.append((now, payload))
+        self._window_bytes += len(payload)
+        while self._window_bytes > self.window_bytes and len(self._window) > 1:
+            self._window_bytes -= len(self._window.popleft()[1])
+
+    def _fold(self, count: int) -> None:
+        """The window's ``count`` oldest batches into the journal, each at the time it came."""
+        window, journal = self._window, self._journal
+        for _ in range(min(count, len(window))):
+            now, payload = window.popleft()
+            self._window_bytes -= len(payload)
+            try:
+                batch = decode_batch(payload)
+            except BadPayload:
+                continue
+            for entry in batch.entries:
+                if isinstance(entry, Routed):
+                    journal.routed(entry.replica_id, entry.block_hashes, entry.session_key, now)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         worker = _Worker(writer)
-        self.workers.add(worker)
-        snapshot = self.journal.snapshot("0-0", self.clock(), time.time())
-        worker.send(frame(b"S", encode_snapshot(snapshot)))
         try:
+            async with self._folding:  # a chunk at a time: the others' batches still pass
+                while len(self._window) > FOLD_CHUNK:
+                    self._fold(FOLD_CHUNK)
+                    await asyncio.sleep(0)
+            # What came meanwhile, the snapshot and joining the relay: no await between
+            # them, so every batch is in the snapshot or reaches the worker after it.
+            snapshot = self.journal.snapshot("0-0", self.clock(), time.time())
+            worker.send(frame(b"S", encode_snapshot(snapshot)))
+            self.workers.add(worker)
             async for kind, payload in read_frames(reader):
                 self._handle(worker, kind, payload)
         except (asyncio.IncompleteReadError, ConnectionError, BadPayload, ValueError,
@@ -237,16 +285,12 @@ class Hub:
 
     def _handle(self, worker: _Worker, kind: bytes, payload: bytes) -> None:
         if kind == b"B":
-            try:
-                batch = decode_batch(payload)
-            except BadPayload:
-                return  # not one of ours: nothing to relay
-            worker.instance = batch.instance
-            now = self.clock()
-            for entry in batch.entries:
-                if isinstance(entry, Routed):
-                    self.journal.routed(entry.replica_id, entry.block_hashes,
-                                        entry.session_key, now)
+            if worker.instance is None:  # its first batch: who it is, for when it goes
+                try:
+                    worker.instance = decode_batch(payload).instance
+                except BadPayload:
+                    return  # not one of ours: nothing to relay
+            self._keep(payload, self.clock())
             data = frame(b"B", payload)
             for other in self.workers:
                 if other is not worker:

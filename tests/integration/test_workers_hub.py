@@ -19,6 +19,7 @@ from asgi_lifespan import LifespanManager
 
 from engine.pool.replicas import ReplicaPool
 from gateway.config import load_settings
+from gateway.fleet.codec import Routed, encode_batch, pack_hashes
 from gateway.fleet.local import LOCAL_OPTIONS, Hub, LocalSync, WorkerRole, _Worker
 from gateway.fleet.shared import FleetOptions
 from gateway.server.app import create_app
@@ -109,6 +110,39 @@ async def test_a_new_worker_starts_from_what_the_others_learned(hub: Hub) -> Non
     finally:
         await a.aclose()
         await a_pool.aclose()
+
+
+async def test_a_new_worker_starts_from_the_latest_batches_the_hub_kept(
+        tmp_path: Path) -> None:
+    """The hub keeps a window of batches, not every one: the oldest go unread."""
+    prompts = [tuple(range(1000 * k, 1000 * k + 12)) for k in range(1, 7)]
+    one = len(encode_batch("w", [Routed("r1", prompts[0], None)]))
+    hub = Hub(str(tmp_path / "window.sock"), window_bytes=3 * one + one // 2)
+    await hub.start()
+    a, a_pool = await worker(hub, 0)
+    try:
+        for k, prompt in enumerate(prompts):  # one batch each (a turn of A's loop between)
+            a.routed(RouteRequest("m", prompt, len(prompt) * 16, 16), f"r{k % 2}")
+            packed = pack_hashes(prompt)
+            await eventually(lambda packed=packed: any(packed in batch for _, batch
+                                                       in hub._window), 5,
+                             "the hub kept the batch")
+        late, late_pool = await worker(hub, 1)  # started after all six (a restart)
+        try:
+            picks = [late.policy.pick(RouteRequest("m", prompt, len(prompt) * 16, 16),
+                                      late_pool.snapshot("m")).replica_id
+                     for prompt in prompts]
+            indexed = late.policy.index  # type: ignore[attr-defined]
+            known = [bool(indexed.match(prompt, time.monotonic())) for prompt in prompts]
+            assert known == [False, False, False, True, True, True], known
+            assert picks[3:] == ["r1", "r0", "r1"]  # where A sent each of the latest
+        finally:
+            await late.aclose()
+            await late_pool.aclose()
+    finally:
+        await a.aclose()
+        await a_pool.aclose()
+        await hub.aclose()
 
 
 async def test_a_siblings_burst_is_followed_while_its_prefix_is_on_its_way(hub: Hub) -> None:
