@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -118,14 +119,16 @@ async def test_a_new_worker_starts_from_the_latest_batches_the_hub_kept(
     prompts = [tuple(range(1000 * k, 1000 * k + 12)) for k in range(1, 7)]
     one = len(encode_batch("w", [Routed("r1", prompts[0], None)]))
     hub = Hub(str(tmp_path / "window.sock"), window_bytes=3 * one + one // 2)
+
+    def kept(packed: bytes) -> bool:
+        return any(packed in batch for _, batch in hub._window)
+
     await hub.start()
     a, a_pool = await worker(hub, 0)
     try:
         for k, prompt in enumerate(prompts):  # one batch each (a turn of A's loop between)
             a.routed(RouteRequest("m", prompt, len(prompt) * 16, 16), f"r{k % 2}")
-            packed = pack_hashes(prompt)
-            await eventually(lambda packed=packed: any(packed in batch for _, batch
-                                                       in hub._window), 5,
+            await eventually(functools.partial(kept, pack_hashes(prompt)), 5,
                              "the hub kept the batch")
         late, late_pool = await worker(hub, 1)  # started after all six (a restart)
         try:
