@@ -8,6 +8,7 @@ its policy weighs, and stops counting a sibling's the moment it is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import time
@@ -94,23 +95,25 @@ async def test_requests_that_start_and_end_are_counted_by_a_sibling_without_a_he
         await b_pool.aclose()
 
 
-async def test_a_new_worker_starts_from_what_the_others_learned(hub: Hub) -> None:
-    a, a_pool = await worker(hub, 0)
+@contextlib.asynccontextmanager
+async def running(hub: Hub, index: int) -> AsyncIterator[tuple[LocalSync, ReplicaPool]]:
+    """A worker's link and its pool, closed at the end."""
+    sync, pool = await worker(hub, index)
     try:
+        yield sync, pool
+    finally:
+        await sync.aclose()
+        await pool.aclose()
+
+
+async def test_a_new_worker_starts_from_what_the_others_learned(hub: Hub) -> None:
+    async with running(hub, 0) as (a, _):
         a.routed(RouteRequest("m", PROMPT, len(PROMPT) * 16, 16), "r1")
         await eventually(lambda: hub.journal.size("r1") == len(PROMPT), 5,
                          "the hub journalled worker A's prefix")
-        late, late_pool = await worker(hub, 1)  # a worker started after it (a restart)
-        try:
-            policy = late.policy
-            assert policy.pick(RouteRequest("m", PROMPT, len(PROMPT) * 16, 16),
-                               late_pool.snapshot("m")).replica_id == "r1"
-        finally:
-            await late.aclose()
-            await late_pool.aclose()
-    finally:
-        await a.aclose()
-        await a_pool.aclose()
+        async with running(hub, 1) as (late, late_pool):  # started after it (a restart)
+            assert late.policy.pick(RouteRequest("m", PROMPT, len(PROMPT) * 16, 16),
+                                    late_pool.snapshot("m")).replica_id == "r1"
 
 
 async def test_a_new_worker_starts_from_the_latest_batches_the_hub_kept(
@@ -124,27 +127,21 @@ async def test_a_new_worker_starts_from_the_latest_batches_the_hub_kept(
         return any(packed in batch for _, batch in hub._window)
 
     await hub.start()
-    a, a_pool = await worker(hub, 0)
     try:
-        for k, prompt in enumerate(prompts):  # one batch each (a turn of A's loop between)
-            a.routed(RouteRequest("m", prompt, len(prompt) * 16, 16), f"r{k % 2}")
-            await eventually(functools.partial(kept, pack_hashes(prompt)), 5,
-                             "the hub kept the batch")
-        late, late_pool = await worker(hub, 1)  # started after all six (a restart)
-        try:
-            picks = [late.policy.pick(RouteRequest("m", prompt, len(prompt) * 16, 16),
-                                      late_pool.snapshot("m")).replica_id
-                     for prompt in prompts]
-            indexed = late.policy.index  # type: ignore[attr-defined]
-            known = [bool(indexed.match(prompt, time.monotonic())) for prompt in prompts]
-            assert known == [False, False, False, True, True, True], known
-            assert picks[3:] == ["r1", "r0", "r1"]  # where A sent each of the latest
-        finally:
-            await late.aclose()
-            await late_pool.aclose()
+        async with running(hub, 0) as (a, _):
+            for k, prompt in enumerate(prompts):  # a batch each (a turn of A's loop between)
+                a.routed(RouteRequest("m", prompt, len(prompt) * 16, 16), f"r{k % 2}")
+                await eventually(functools.partial(kept, pack_hashes(prompt)), 5,
+                                 "the hub kept the batch")
+            async with running(hub, 1) as (late, late_pool):  # started after all six
+                picks = [late.policy.pick(RouteRequest("m", prompt, len(prompt) * 16, 16),
+                                          late_pool.snapshot("m")).replica_id
+                         for prompt in prompts]
+                indexed = late.policy.index  # type: ignore[attr-defined]
+                known = [bool(indexed.match(prompt, time.monotonic())) for prompt in prompts]
+                assert known == [False, False, False, True, True, True], known
+                assert picks[3:] == ["r1", "r0", "r1"]  # where A sent each of the latest
     finally:
-        await a.aclose()
-        await a_pool.aclose()
         await hub.aclose()
 
 
