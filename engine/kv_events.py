@@ -81,7 +81,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from array import array
 from collections.abc import Callable, Sequence
@@ -309,17 +308,11 @@ class SubscriberConfig:
     buffer streams in well under this); what came until then is kept."""
     reconnect_ivl: float = 0.2
     heartbeat_ivl: float = 2.0
-    gather_seconds: float = 0.05
-    """While this replica's messages come less than this apart, they are read this
-    often, all that came in one go, instead of each on its own wake-up (0: each as it
-    comes)."""
 
 
 @dataclass
 class SubscriberStats:
     received: int = 0
-    reads: int = 0
-    """Looks at the live socket that found messages (``received`` / ``reads`` came in one go)."""
     delivered: int = 0
     replayed: int = 0
     catch_ups: int = 0
@@ -334,28 +327,6 @@ class SubscriberStats:
     last_seq: int | None = None
 
 
-class GatherClock:
-    """One timer for a process's KV-event subscribers: those gathering look again on
-    the same tick, one turn of the loop for every busy replica's messages."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._tick: asyncio.Event | None = None
-
-    async def tick(self) -> None:
-        """Until the next tick (``seconds`` after the first subscriber asked for it)."""
-        tick = self._tick
-        if tick is None:
-            tick = self._tick = asyncio.Event()
-            asyncio.get_running_loop().call_later(self.seconds, self._fire, tick)
-        await tick.wait()
-
-    def _fire(self, tick: asyncio.Event) -> None:
-        if self._tick is tick:
-            self._tick = None
-        tick.set()
-
-
 @dataclass
 class KVEventSubscriber:
     """Follows one replica's KV events; see the module docstring for the algorithm."""
@@ -364,9 +335,6 @@ class KVEventSubscriber:
     on_batch: OnBatch
     context: zmq.asyncio.Context | None = None
     wall_time: Callable[[], float] = time.time
-    gather: GatherClock | None = None
-    """Shared with the process's other subscribers (``KVFeed``); ``None``: its own, of
-    ``config.gather_seconds``."""
     stats: SubscriberStats = field(default_factory=SubscriberStats)
     caught_up: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
     """Set once the first catch-up is over (whatever it found): the consumer is warm."""
@@ -456,28 +424,14 @@ class KVEventSubscriber:
         non-blocking receive. With the layer's poller and futures a one-block message
         cost the loop 156 us of CPU, without them 91 (``python -m loadtest.kv_events_cost``),
         and a replica publishes a message every engine step.
-
-        While the replica's messages come less than ``gather_seconds`` apart, the task
-        stops watching the descriptor and looks again on the next tick of its
-        :class:`GatherClock` (shared by a gateway's subscribers, so every busy replica is
-        read in the same turn of the loop), taking everything that came in one go; the
-        first look that finds nothing goes back to waking on the descriptor. In a busy gateway a wake-up costs far more than reading one more
-        message once awake (the interpreter's caches cold after the other processes of
-        the machine ran): a replica's steps read four at a time cost the loop a fraction
-        of four wake-ups. The index learns of a block up to ``gather_seconds`` later;
-        what the gateway routed counts meanwhile (the speculative entries, two seconds).
         """
         loop = asyncio.get_running_loop()
         live: zmq.Socket[bytes] = zmq.Socket.shadow(sub.underlying)
         events: zmq.Socket[bytes] = zmq.Socket.shadow(monitor.underlying)
         wake = asyncio.Event()
         fds = [live.fileno(), events.fileno()]
-        gather = self.gather
-        if gather is None and self.config.gather_seconds > 0:
-            gather = self.gather = GatherClock(self.config.gather_seconds)
-        watching = False
-        gathering = False
-        last_read = -math.inf
+        for fd in fds:
+            loop.add_reader(fd, wake.set)
         try:
             while True:
                 # A socket's descriptor only signals that its state may have changed;
@@ -488,41 +442,20 @@ class KVEventSubscriber:
                         await self._catch_up(context)
                     continue  # a catch-up changed what live messages mean: look again
                 if _readable(live):
-                    self.stats.reads += 1
                     for _ in range(_DRAIN):
                         try:
                             frames = live.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
                         await self._handle(context, frames)
-                    if gather is not None:
-                        now = loop.time()
-                        busy = gathering or now - last_read < gather.seconds
-                        last_read = now
-                        if busy:
-                            # Messages come often: look again on the next tick, not on
-                            # the next one's wake-up (the descriptor unwatched meanwhile,
-                            # or its signal would wake the loop at every turn).
-                            if watching:
-                                for fd in fds:
-                                    loop.remove_reader(fd)
-                                watching = False
-                            gathering = True
-                            await gather.tick()
                     continue
-                gathering = False
-                if not watching:
-                    for fd in fds:
-                        loop.add_reader(fd, wake.set)
-                    watching = True
                 wake.clear()
                 if _readable(events) or _readable(live):
                     continue  # came between the looks above and the clear
                 await wake.wait()
         finally:
-            if watching:
-                for fd in fds:
-                    loop.remove_reader(fd)
+            for fd in fds:
+                loop.remove_reader(fd)
 
     # -- ordering ------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from engine.kv_events import GatherClock, KVEventSubscriber, SubscriberConfig
+from engine.kv_events import KVEventSubscriber, SubscriberConfig
 from engine.pool.replicas import ReplicaPool
 from engine.tasks import cancel
 from gateway.config import KVEventSettings, Settings
@@ -46,9 +46,6 @@ class KVFeed:
         self._running = False
         self.batches = 0
         self.subscribers: list[KVEventSubscriber] = []
-        self._gather = GatherClock(SubscriberConfig.gather_seconds)
-        """One timer for every replica's subscriber: the busy replicas' messages are
-        read together, in one turn of the loop every 50 ms, not on a wake-up each."""
         self._by_id: dict[str, KVEventSubscriber] = {}
         if self._consumer is None:
             return
@@ -67,7 +64,7 @@ class KVFeed:
         subscriber = KVEventSubscriber(
             SubscriberConfig(replica_id=replica_id, endpoint=kv_events.endpoint,
                              replay_endpoint=kv_events.replay_endpoint, topic=kv_events.topic),
-            on_batch=self._on_batch, gather=self._gather)
+            on_batch=self._on_batch)
         self.subscribers.append(subscriber)
         self._by_id[replica_id] = subscriber
         if self._running:

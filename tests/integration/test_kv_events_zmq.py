@@ -27,13 +27,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from engine.kv_events import (
-    END_SEQ,
-    SYNTHETIC_SEQ,
-    GatherClock,
-    KVEventSubscriber,
-    SubscriberConfig,
-)
+from engine.kv_events import END_SEQ, SYNTHETIC_SEQ, KVEventSubscriber, SubscriberConfig
 from policies.events import AllBlocksCleared, EventBatch
 from policies.hashing import block_hashes, chain_seed
 from policies.precise_index import PreciseIndex
@@ -210,64 +204,6 @@ async def test_batches_arrive_in_order_and_decoded(
     assert any(type(e).__name__ == "BlockRemoved" for b in batches for e in b.events)
     assert subscriber.stats.gaps == 0 and subscriber.stats.replayed == 0
     assert publisher.replay_requests == [0]  # the start-up catch-up found nothing
-
-
-async def test_messages_that_come_close_together_are_read_in_one_go(
-    publisher: FakePublisher, context: zmq.asyncio.Context
-) -> None:
-    """A replica stepping fast: its messages are read a few looks at a time, all of them,
-    in order; one that comes after a quiet spell still wakes the subscriber."""
-    payloads = captured_payloads()
-    burst = (payloads * 10)[:30]
-    collector = Collector()
-    async with subscriber_for(publisher, collector, context, gather_seconds=0.2) as subscriber:
-        await joined(publisher, subscriber)
-        for payload in burst:
-            await publisher.publish(payload)
-            await asyncio.sleep(0.001)  # each one on its own, as engine steps come
-        await collector.wait_for(len(burst))
-        assert subscriber.stats.reads <= len(burst) // 3, subscriber.stats
-        await asyncio.sleep(0.5)  # quiet: the subscriber waits on its socket again
-        reads = subscriber.stats.reads
-        await publisher.publish(payloads[0])
-        await collector.wait_for(len(burst) + 1)
-        assert subscriber.stats.reads == reads + 1
-    assert collector.seqs == list(range(len(burst) + 1))
-    assert subscriber.stats.gaps == 0 and subscriber.stats.lost == 0
-
-
-async def test_replicas_sharing_a_gather_clock_are_read_together(
-    context: zmq.asyncio.Context,
-) -> None:
-    """Two busy replicas on one clock: both read on its ticks, every message delivered
-    in order."""
-    clock = GatherClock(0.5)
-    publishers = [FakePublisher(context), FakePublisher(context)]
-    collectors = [Collector(), Collector()]
-    subscribers = [
-        KVEventSubscriber(
-            SubscriberConfig("r0", p.endpoint, p.replay_endpoint, topic=TOPIC.decode()),
-            c, context=context, gather=clock)
-        for p, c in zip(publishers, collectors, strict=True)
-    ]  # fmt: skip
-    payloads = captured_payloads()
-    try:
-        for publisher, subscriber in zip(publishers, subscribers, strict=True):
-            subscriber.start()
-            await joined(publisher, subscriber)
-        for step in range(12):  # a message every 30 ms, each replica's every 60 ms
-            await publishers[step % 2].publish(payloads[step % len(payloads)])
-            await asyncio.sleep(0.03)
-        for collector in collectors:
-            await collector.wait_for(6)
-            assert collector.seqs == list(range(6))
-        for subscriber in subscribers:  # its first two on their own, the rest on the ticks
-            assert subscriber.stats.reads <= 4, subscriber.stats
-    finally:
-        for subscriber in subscribers:
-            await subscriber.aclose()
-        for publisher in publishers:
-            await publisher.aclose()
 
 
 async def test_a_gap_is_filled_from_the_replay_socket(
