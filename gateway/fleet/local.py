@@ -200,7 +200,8 @@ class Hub:
         self._journal = Journal(blocks_per_replica=blocks_per_replica)
         self._window: deque[tuple[float, bytes]] = deque()
         """Batches not yet in the journal, oldest first, with when they came."""
-        self._window_bytes = 0
+        self._window_held = 0
+        """Bytes of the batches in the window."""
         self._folding = asyncio.Lock()
         self.workers: set[_Worker] = set()
         self._gathers: dict[int, _Gather] = {}
@@ -236,16 +237,16 @@ class Hub:
 
     def _keep(self, payload: bytes, now: float) -> None:
         self._window.append((now, payload))
-        self._window_bytes += len(payload)
-        while self._window_bytes > self.window_bytes and len(self._window) > 1:
-            self._window_bytes -= len(self._window.popleft()[1])
+        self._window_held += len(payload)
+        while self._window_held > self.window_bytes and len(self._window) > 1:
+            self._window_held -= len(self._window.popleft()[1])
 
     def _fold(self, count: int) -> None:
         """The window's ``count`` oldest batches into the journal, each at the time it came."""
         window, journal = self._window, self._journal
         for _ in range(min(count, len(window))):
             now, payload = window.popleft()
-            self._window_bytes -= len(payload)
+            self._window_held -= len(payload)
             try:
                 batch = decode_batch(payload)
             except BadPayload:
