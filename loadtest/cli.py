@@ -120,6 +120,10 @@ def parser() -> argparse.ArgumentParser:
                           help="peer routers in front of the same replica, comma-separated, e.g. "
                                "sglang-router:cache_aware,vllm-router:cache_aware (installed on "
                                "first use; one that cannot be is reported unavailable)")
+    overhead.add_argument("--cpu-sections", action="store_true",
+                          help="also report each gateway's CPU by section of its work "
+                               "(parse, render, tokenize, decide, KV events, lint, ...: "
+                               "loadtest/sections.py), per request")
     overhead.add_argument("--rotate", action="store_true",
                           help="shift the order of the paths by one each round, so that no path "
                                "always runs first or last")

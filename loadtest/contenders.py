@@ -154,7 +154,8 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
     settings.update(gateway_settings)
     env = {"HF_HUB_OFFLINE": "1"}
     if tree is not None:  # another checkout of prefixgate, e.g. the commit before a change
-        env["PYTHONPATH"] = tree
+        # what the benchmark itself puts there (loadtest.sections' harness) goes on after it
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, os.environ.get("PYTHONPATH")]))
     urls = []
     for index in range(instances):
         port = free_port()

@@ -90,7 +90,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -98,7 +98,7 @@ from typing import Any
 
 import httpx
 
-from loadtest import markdown
+from loadtest import markdown, sections
 from loadtest.contenders import ContenderSpec, ContenderUnavailable, launch
 from loadtest.cpu_quota import PERIOD_US, CoreQuota, find_hierarchy, serving_processes
 from loadtest.driver import DriveResult
@@ -493,6 +493,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     """Peers that could not be installed or started, and why."""
     shapes: dict[str, dict[str, int]] = {}
     """Per proxy path: the processes and threads of its tree after the last round."""
+    tallies: dict[str, sections.Tally] = {}
+    """Per gateway path with ``--cpu-sections``: its CPU by section over the measured
+    rounds."""
+    sections_dir = out / "cpu-sections"
     cpus = sorted(os.sched_getaffinity(0))
     if args.pin and len(cpus) < 2:
         raise SystemExit("--pin needs at least 2 CPUs")
@@ -505,9 +509,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         with _affinity({cpus[0]} if args.pin else set(cpus)):
             if args.null_proxy:
                 urls[NULL_PROXY] = start_null_proxy(replicas[0].url, group, log_dir)
-            for spec in gateways:
-                urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(),
-                                         group, log_dir)
+            with sections.harness(sections_dir) if args.cpu_sections else nullcontext():
+                for spec in gateways:
+                    urls[spec.name] = launch(spec, replicas, fleet.model,
+                                             fleet.tokenizer_path(), group, log_dir)
             for spec in peers:
                 try:
                     urls[spec.name] = launch(spec, replicas, fleet.model, fleet.tokenizer_path(),
@@ -532,6 +537,8 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                 gateway = name.startswith("prefixgate")
                 before = scrape_histograms(url, GATEWAY_SERIES) if gateway else {}
                 cpu_before = tree_cpu_seconds(pids[name]) if name in pids else 0.0
+                traced = args.cpu_sections and gateway and name in pids
+                sections_before = sections.read_tree(sections_dir, pids[name]) if traced else {}
                 print(f"== round {round_index}{' (warm-up)' if round_index == 0 else ''}: {name}",
                       file=sys.stderr, flush=True)
                 measured = run(partial(measure, workload, RunTarget(name, url, fleet.model), [],
@@ -541,6 +548,10 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
                     if name in pids:
                         cpu[name] = (cpu.get(name, 0.0) + tree_cpu_seconds(pids[name])
                                      - cpu_before)
+                    if traced:
+                        tallies.setdefault(name, sections.Tally()).add(
+                            sections_before, sections.read_tree(sections_dir, pids[name]),
+                            args.requests)
                     hops[name].extend(outside_replica(measured, replica_timings(replicas[0].url)))
                     if gateway:
                         after = scrape_histograms(url, GATEWAY_SERIES)
@@ -573,6 +584,7 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
         "rate": args.rate, "pinned": args.pin, "client": args.client, "rotate": args.rotate,
         "peers": [spec.name for spec in peers], "unavailable": unavailable,
         "process_trees": shapes,
+        "cpu_sections": sections.as_json(tallies) if args.cpu_sections else None,
         "core_quota": ({"cores": args.core_quota, "period_us": PERIOD_US, "paths": limited}
                        if args.core_quota else None),
     }
@@ -587,6 +599,9 @@ def overhead_command(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if quota is not None:
         table += "\n## Each serving process on a share of a core\n\n" + quota_table(
             rows, limited, args.core_quota)
+    if tallies:
+        table += ("\n## Where each gateway's CPU goes (--cpu-sections)\n\n"
+                  + sections.table(tallies))
     markdown.write(out / "overhead.md", table, "Gateway overhead")
     merged = [ContenderResult(name, run=_merge(name, rs)) for name, rs in runs.items() if rs]
     load = (f"open loop at {args.rate:g} requests/s" if args.rate
