@@ -10,8 +10,9 @@ difference; a section's figure is its CPU over the measured rounds divided by th
 requests sent, in microseconds, and the rest of the process's CPU (the server, the
 relay, the event loop, metrics, what no section names) is reported beside it.
 
-The wrapping costs about a microsecond a wrapped call, a few dozen a request, in the
-figures; compare sections between paths of one run, not with a run without the flag.
+The wrapping costs about 2 us a wrapped call (two ``thread_time`` system calls), some
+40 us a request, in the figures; compare sections between paths of one run, not with a
+run without the flag.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ the file is first written when the hook is installed, which is how the reader kn
 process may be signalled. Without the variable nothing happens. A function that is not
 there (another checkout, renamed) is skipped and listed in the file as missing.
 
-What it costs: two ``thread_time`` calls a wrapped call (a system call each), about a
-microsecond here, a few dozen a request; the figures include it. Nothing here imports
+What it costs: two ``thread_time`` calls a wrapped call (a system call each, 0.9 us
+here), some 20 wrapped calls a request: about 40 us a request, in the figures. Nothing here imports
 the gateway: a module is wrapped only when the gateway imports it.
 """
 
