@@ -10,10 +10,11 @@ import pytest
 
 from gateway.config import ModelSettings
 from gateway.lint.detect import Detector
-from gateway.lint.drift import DriftTracker
-from gateway.lint.groups import same_template
+from gateway.lint.drift import DriftSettings, DriftTracker
+from gateway.lint.groups import GroupTable, Prefix, same_template
 from gateway.lint.model import Hit
 from gateway.lint.service import LintLimits, LintService
+from gateway.lint.structure import TextField
 from gateway.lint.textdiff import common_prefix, common_suffix
 from gateway.lint.variance import Atomizer
 from gateway.prompt.hashers import HasherSet
@@ -240,3 +241,38 @@ def test_telling_templates_apart_by_their_edges_agrees_with_the_whole_comparison
         assert same_template(a, b) == whole(a, b), (shared_head, shared_tail, body_a, body_b)
         cases += same_template(a, b)
     assert 0 < cases < 3000  # both answers were exercised
+
+
+def test_a_text_goes_to_the_group_a_scan_of_every_template_finds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The group a text last went to is taken without scanning the key's templates only
+    # while that group's last request is still that text; the scan finds the same group.
+    fast, scan = (GroupTable(Atomizer(), DriftSettings(), 48, 4096) for _ in range(2))
+    monkeypatch.setattr(scan, "_last_went_to", lambda *args: None)
+    shortcut = fast._last_went_to
+    taken: list[bool] = []
+
+    def counted(*args: Any) -> int | None:
+        found = shortcut(*args)
+        taken.append(found is not None)
+        return found
+
+    monkeypatch.setattr(fast, "_last_went_to", counted)
+    words = ("garden", "ledger", "harbour", "violin", "quartz", "meadow", "rocket", "saddle")
+    apps = [" ".join(rng.choice(words) for _ in range(60))
+            for rng in (random.Random(f"app-{i}") for i in range(56))]  # more than are kept
+    rng = random.Random(11)
+    for step in range(4000):
+        app = rng.randrange(len(apps))
+        text = apps[app] + (f" Today is 2026-12-{rng.randrange(1, 29):02d}."
+                            if rng.random() < 0.3 else "")
+        prefix = Prefix.of([TextField("messages[0].content", text, "system", 0)], 4096)
+        observe = rng.random() < 0.9  # a group whose lock is busy learns nothing this time
+        chosen = []
+        for table in (fast, scan):
+            group = table.get("qwen", "-", "system+user", prefix)
+            if observe:
+                group.observe(prefix, None, (), 2)
+            chosen.append(group.id)
+        assert chosen[0] == chosen[1], step
+    assert sum(taken) > 1000  # and the shortcut was taken, most of the time
