@@ -51,7 +51,7 @@ from gateway.lint.drift import Drift, DriftSettings
 from gateway.lint.groups import Group, GroupTable, Prefix
 from gateway.lint.linter import FieldLinter, Linter
 from gateway.lint.model import BatchReport, DriftEvent, Finding, FindingStat, LintReport, SpanSample
-from gateway.lint.structure import TextField, text_fields, tool_names
+from gateway.lint.structure import TextField, prefix_fields, tool_names
 from gateway.lint.suggest import suggestion
 from gateway.lint.template import ClockProbe, TemplateSource, read_template
 from gateway.lint.tokens import ByteEncoder, HFEncoder, TokenMap
@@ -161,7 +161,7 @@ class LintService:
                   fields: list[TextField] | None = None, blocking: bool = True) -> int:
         now = self.clock()
         if fields is None:
-            fields = [f for f in text_fields(body) if f.region != "final"]
+            fields = prefix_fields(body)
         findings: list[Finding] = []
         for field in fields:
             findings.extend(self._field_findings(field, now))
@@ -185,12 +185,12 @@ class LintService:
             self._last_counts.put(key, len(warnings))
         return len(warnings)
 
-    def known_warnings(self, model: str, body: Mapping[str, Any],
-                       tenant: str | None) -> int | None:
+    def known_warnings(self, model: str, body: Mapping[str, Any], tenant: str | None,
+                       fields: list[TextField] | None = None) -> int | None:
         """The warnings the last lint of this stable prefix found, without linting: a
-        hash of the prefix's fields. None when the linter has not seen it yet."""
-        fields = [f for f in text_fields(body) if f.region != "final"]
-        key = _prefix_key(model, tenant, fields)
+        hash of the prefix's fields (``prefix_fields(body)``, when not handed in). None
+        when the linter has not seen it yet."""
+        key = _prefix_key(model, tenant, prefix_fields(body) if fields is None else fields)
         with self._lock:
             return self._last_counts.peek(key)
 

@@ -100,6 +100,11 @@ def text_fields(body: Mapping[str, Any]) -> list[TextField]:
     return out
 
 
+def prefix_fields(body: Mapping[str, Any]) -> list[TextField]:
+    """The fields before the final turn: what the cache can keep, and what is linted."""
+    return [f for f in text_fields(body) if f.region != "final"]
+
+
 def message_text(message: Any) -> str:
     """The content as the template sees it (parts folded), or "" when it cannot be folded."""
     if not isinstance(message, Mapping):

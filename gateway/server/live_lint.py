@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gateway.lint.service import LintService
+from gateway.lint.structure import TextField, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent
@@ -58,7 +59,7 @@ to this, so an idle gateway wakes its linter 3 times a second, not 50 (each wake
 the interpreter from the serving loop); the first request after a pause is linted within
 this, its header says what the linter already knew at once."""
 
-_Item = tuple[str, Mapping[str, Any], str | None]
+_Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 
 class LiveLint(Silent):
@@ -94,20 +95,21 @@ class LiveLint(Silent):
             return
         model, body, tenant = exchange.model, exchange.as_sent, exchange.tenant
         try:
-            exchange.lint_warnings = self.lint.known_warnings(model, body, tenant)
+            fields = prefix_fields(body)  # walked once: the thread lints the same ones
+            exchange.lint_warnings = self.lint.known_warnings(model, body, tenant, fields)
         except Exception as exc:  # noqa: BLE001 - the linter observes; it never fails a request
             log.warning("prompt lint could not read a request (%s)", type(exc).__name__)
             return
         if len(self._queue) >= self.capacity:
             self.metrics.lint_dropped.inc()
         else:
-            self._queue.append((model, body, tenant))
+            self._queue.append((model, body, tenant, fields))
 
     def _run(self) -> None:
         wait = QUEUE_POLL_SECONDS
         while True:
             try:
-                model, body, tenant = self._queue.popleft()
+                model, body, tenant, fields = self._queue.popleft()
             except IndexError:
                 if self._closing.is_set():
                     return
@@ -118,6 +120,6 @@ class LiveLint(Silent):
             while not self._closing.is_set() and not self.preparing.wait_idle(IDLE_POLL_SECONDS):
                 pass  # requests are being prepared: they come first
             try:
-                self.lint.check_now(model, body, tenant)
+                self.lint.check_now(model, body, tenant, fields)
             except Exception:
                 log.exception("prompt lint failed on a request (it was routed without it)")
