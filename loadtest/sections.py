@@ -68,7 +68,9 @@ class Tally:
 
 @contextmanager
 def harness(folder: Path) -> Iterator[None]:
-    """Processes started inside get the harness (it acts only in a gateway)."""
+    """Processes started inside get the harness (it acts only in a gateway), writing to
+    ``folder`` wherever they run (a gateway from another checkout runs there)."""
+    folder = folder.resolve()
     folder.mkdir(parents=True, exist_ok=True)
     saved = {key: os.environ.get(key) for key in ("PYTHONPATH", ENV)}
     paths = [str(HARNESS)] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else [])

@@ -111,11 +111,14 @@ def _install(folder: str) -> None:
                 entry[1] += calls
         path = os.path.join(folder, f"{os.getpid()}.json")
         written[0] += 1
-        with open(path + ".tmp", "w") as out:
-            json.dump({"pid": os.getpid(), "seq": written[0],
-                       "process_ns": time.process_time_ns(), "missing": missing,
-                       "sections": totals}, out)
-        os.replace(path + ".tmp", path)
+        try:
+            with open(path + ".tmp", "w") as out:
+                json.dump({"pid": os.getpid(), "seq": written[0],
+                           "process_ns": time.process_time_ns(), "missing": missing,
+                           "sections": totals}, out)
+            os.replace(path + ".tmp", path)
+        except OSError as exc:  # the gateway goes on; the reader finds no file
+            print(f"cpu sections: cannot write {path}: {exc}", file=sys.stderr)
 
     class Wrapping(importlib.abc.MetaPathFinder):
         def find_spec(self, name: str, path: Sequence[str] | None,

@@ -29,7 +29,8 @@ def test_every_section_names_a_synchronous_function_of_the_gateway(
     assert callable(fn) and not inspect.iscoroutinefunction(fn)
 
 
-def test_a_process_with_the_harness_counts_each_sections_calls_and_cpu(tmp_path: Path) -> None:
+def test_a_process_with_the_harness_counts_each_sections_calls_and_cpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = textwrap.dedent("""
         import sys, time
         from gateway.fleet.codec import Load, decode_batch, encode_batch
@@ -39,7 +40,8 @@ def test_a_process_with_the_harness_counts_each_sections_calls_and_cpu(tmp_path:
         print("ready", flush=True)
         time.sleep(30)
     """)
-    with sections.harness(tmp_path / "sections"):
+    monkeypatch.chdir(tmp_path)  # a relative folder, and a child running elsewhere
+    with sections.harness(Path("sections")):
         child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
                                  stdout=subprocess.PIPE, text=True)
     try:
