@@ -165,7 +165,8 @@ def _gateway(spec: ContenderSpec, replicas: Sequence[SimReplica], model: str,
         config.write_text(yaml.safe_dump({**settings, "port": port}))
         urls.append(f"http://127.0.0.1:{port}")
         group.start(Service(stem, [sys.executable, "-m", "gateway.cli", "serve", "--config",
-                                   str(config)], urls[-1] + "/ready", log_dir / f"{stem}.log",
+                                   str(config.resolve())],  # a tree's gateway runs there
+                            urls[-1] + "/ready", log_dir / f"{stem}.log",
                             env=env, cwd=tree), timeout=120.0)
     return ",".join(urls)
 
