@@ -95,8 +95,8 @@ def _install(folder: str) -> None:
     def wrap_module(module: ModuleType) -> None:
         for section, name in by_module.get(module.__name__, ()):
             owner_name, _, attr = name.rpartition(".")
-            owner = getattr(module, owner_name) if owner_name else module
-            fn = owner.__dict__.get(attr) if owner_name else getattr(module, attr, None)
+            owner = getattr(module, owner_name, None) if owner_name else module
+            fn = vars(owner).get(attr) if owner is not None else None
             if fn is None or inspect.iscoroutinefunction(fn) or not callable(fn):
                 missing.append(f"{module.__name__}.{name}")
                 continue

@@ -81,3 +81,28 @@ def test_a_tally_keeps_what_each_round_added_per_request() -> None:
     assert rows["parse"] == "20 (1.0)" and rows["decide"] == "20 (2.0)"
     assert rows["the rest (server, relay, event loop, metrics, ...)"] == "260"
     assert rows["the gateway's processes, in all"] == "300"
+
+
+def test_a_section_the_checkout_does_not_have_is_listed_not_fatal(tmp_path: Path) -> None:
+    # an older checkout without a named class still starts, the section listed as missing
+    script = textwrap.dedent("""
+        import sys, time
+        import gateway.fleet.shared
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    tree = tmp_path / "tree"
+    (tree / "gateway" / "fleet").mkdir(parents=True)
+    (tree / "gateway" / "__init__.py").write_text("")
+    (tree / "gateway" / "fleet" / "__init__.py").write_text("")
+    (tree / "gateway" / "fleet" / "shared.py").write_text("VERSION = 0\n")  # no class
+    with sections.harness(tmp_path / "sections"):
+        child = subprocess.Popen([sys.executable, "-c", script], cwd=tree,
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        readings = sections.read_tree(tmp_path / "sections", child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert readings[child.pid].missing == ["gateway.fleet.shared.SharedRouting._apply_batch"]
