@@ -251,9 +251,9 @@ class GroupTable:
         if serial is None:
             return None
         group = self._groups.peek((*base, serial))
-        if group is None or group.last_hash != digest or serial not in serials:
+        if group is None or group.last_hash != digest:
             return None
-        return serials.index(serial)
+        return serials.index(serial)  # a group held is one of its key's serials
 
     def _group(self, base: tuple[str, str, str], serial: int, touch: bool = False) -> Group:
         key = (*base, serial)
