@@ -84,6 +84,16 @@ class LintLimits:
     """The clock probe's compiled chat templates, at most (entries, estimated bytes)."""
 
 
+@dataclass(slots=True)
+class Examined:
+    """What the lint of one live request found (``LintService.examine``)."""
+
+    warnings: list[str]
+    """The kind of each warning."""
+    drifts: list[DriftEvent]
+    """The prefix drifts the request revealed (at most one)."""
+
+
 class LintService:
     def __init__(self, hashers: HasherSet, models: list[ModelSettings],
                  metrics: GatewayMetrics | None = None,
@@ -98,7 +108,8 @@ class LintService:
         self.fields = FieldLinter(self.detector)
         self.clock_probe = ClockProbe(limits.compiled_templates, limits.compiled_template_bytes)
         self.atomizer = Atomizer()
-        self.groups = GroupTable(self.atomizer, drift or DriftSettings(), limits.max_groups,
+        self.drift_settings = drift or DriftSettings()
+        self.groups = GroupTable(self.atomizer, self.drift_settings, limits.max_groups,
                                  limits.max_prefix_chars)
         self._linters: dict[str, Linter] = {}
         self._templates: dict[str, TemplateSource] = {}
@@ -159,38 +170,83 @@ class LintService:
 
     def check_now(self, model: str, body: Mapping[str, Any], tenant: str | None,
                   fields: list[TextField] | None = None, blocking: bool = True) -> int:
-        now = self.clock()
+        """Lint one routed request and keep what it found (``examine``, then ``record``)."""
         if fields is None:
             fields = prefix_fields(body)
+        examined = self.examine(model, body, tenant_id(tenant), fields, blocking)
+        self.record(prefix_key(model, tenant, fields), examined)
+        return len(examined.warnings)
+
+    def examine(self, model: str, body: Mapping[str, Any], tenant_hash: str,
+                fields: list[TextField], blocking: bool = True) -> Examined:
+        """What one request's stable prefix shows, learning from it; nothing is counted or
+        kept for the operators here (``record`` does that, in the process that serves).
+        ``body`` needs only what ``lint_view`` keeps; ``tenant_hash`` is ``tenant_id(tenant)``."""
+        now = self.clock()
         findings: list[Finding] = []
         for field in fields:
             findings.extend(self._field_findings(field, now))
         findings.extend(self.fields.request_findings(body, now))
+        drifts: list[DriftEvent] = []
         if self.limits.learn:
             prefix = Prefix.of(fields, self.limits.max_prefix_chars)
-            group = self.groups.get(model, _tenant(tenant), shape_of(body), prefix)
-            findings.extend(self._observe(group, prefix, body, findings, blocking))
+            group = self.groups.get(model, tenant_hash, shape_of(body), prefix)
+            findings.extend(self._observe(group, prefix, body, findings, blocking, drifts))
         if self._fills_clock(model, body):
             findings.append(Finding("template_dynamic", "", "chat_template", 0, 0, "warning",
                                     0.95, suggestion("template_dynamic", "system")))
-        warnings = [f for f in findings if f.severity == "warning"]
+        return Examined([f.kind for f in findings if f.severity == "warning"], drifts)
+
+    def record(self, key: int, examined: Examined) -> None:
+        """Keep what a request's lint found: the warnings of its stable prefix (``key``:
+        ``prefix_key``) for ``known_warnings``, the counts, the drift events (logged)."""
+        kinds: dict[str, int] = {}
+        for kind in examined.warnings:
+            kinds[kind] = kinds.get(kind, 0) + 1
+        self.record_many({key: len(examined.warnings)}, kinds, examined.drifts)
+
+    def record_many(self, counts: Mapping[int, int], kinds: Mapping[str, int],
+                    drifts: Sequence[DriftEvent]) -> None:
+        """``record`` for many requests at once (what the linter's own process reports):
+        the warnings of each prefix key in ``counts``, in the order they were found, the
+        warnings of each kind, the drift events."""
         with self._lock:
-            for finding in warnings:
-                self._stats[finding.kind] = self._stats.get(finding.kind, 0) + 1
+            for kind, n in kinds.items():
+                self._stats[kind] = self._stats.get(kind, 0) + n
+            for key, n in counts.items():
+                self._last_counts.put(key, n)
+            self._events.extend(drifts)
         if self.metrics is not None:
-            for finding in warnings:
-                self.metrics.lint_findings.labels(finding.kind).inc()
-        key = _prefix_key(model, tenant, fields)
-        with self._lock:
-            self._last_counts.put(key, len(warnings))
-        return len(warnings)
+            for kind, n in kinds.items():
+                self.metrics.lint_findings.labels(kind).inc(n)
+            for event in drifts:
+                self.metrics.prefix_drift_events.labels(event.model).inc()
+        for event in drifts:
+            log.warning("prefix drift in group %s (model %s): requests now differ at %s "
+                        "(offset %d, %s); stable prefix %d -> %d chars, share %.0f%% -> "
+                        "%.0f%%; changed span %d chars (hash %s), now %d and %d chars "
+                        "(hashes %s, %s)", event.group, event.model, event.path, event.offset,
+                        event.kind, event.stable_chars_before, event.stable_chars_after,
+                        event.share_before * 100, event.share_after * 100, event.before.chars,
+                        event.before.hash, event.now.chars, event.now_other.chars,
+                        event.now.hash, event.now_other.hash)
 
     def known_warnings(self, model: str, body: Mapping[str, Any], tenant: str | None,
                        fields: list[TextField] | None = None) -> int | None:
         """The warnings the last lint of this stable prefix found, without linting: a
         hash of the prefix's fields (``prefix_fields(body)``, when not handed in). None
         when the linter has not seen it yet."""
-        key = _prefix_key(model, tenant, prefix_fields(body) if fields is None else fields)
+        return self.known(prefix_key(model, tenant,
+                                     prefix_fields(body) if fields is None else fields))
+
+    def forget_known(self) -> None:
+        """Forget every prefix's warnings (what ``known`` says): the process that told
+        them is gone, the next one tells them again."""
+        with self._lock:
+            self._last_counts.clear()
+
+    def known(self, key: int) -> int | None:
+        """``known_warnings`` by the prefix's key (``prefix_key``)."""
         with self._lock:
             return self._last_counts.peek(key)
 
@@ -206,7 +262,8 @@ class LintService:
         return found
 
     def _observe(self, group: Group, prefix: Prefix, body: Mapping[str, Any],
-                 findings: list[Finding], blocking: bool) -> list[Finding]:
+                 findings: list[Finding], blocking: bool,
+                 drifts: list[DriftEvent]) -> list[Finding]:
         """Learn from the request; demote what never varies; return the group's findings."""
         salt = body.get("cache_salt")
         if not group.lock.acquire(blocking=blocking):
@@ -222,7 +279,7 @@ class LintService:
                                                          offset + finding.end)):
                         findings[index] = replace(finding, severity="info")
             if seen.drift is not None:
-                self._record_drift(group, prefix, seen.drift)
+                drifts.append(self._drift_event(group, prefix, seen.drift))
         finally:
             group.lock.release()
         out = []
@@ -234,11 +291,11 @@ class LintService:
                                suggestion("tool_order", "tools")))
         return out
 
-    def _record_drift(self, group: Group, prefix: Prefix, drift: Drift) -> None:
+    def _drift_event(self, group: Group, prefix: Prefix, drift: Drift) -> DriftEvent:
         hits = self.detector.scan(drift.new_text, self.clock()) if drift.new_text else []
         kind = max(hits, key=lambda h: h.end - h.start).kind if hits else "text"
         lost = max(0, drift.stable_before - drift.stable_after)
-        event = DriftEvent(
+        return DriftEvent(
             at=self.clock(), model=group.model, group=group.id, path=prefix.path_at(drift.offset),
             offset=drift.offset - (prefix.offset_of(prefix.path_at(drift.offset)) or 0),
             stable_chars_before=drift.stable_before, stable_chars_after=drift.stable_after,
@@ -246,18 +303,6 @@ class LintService:
             before=self.sample(drift.old_text), now=self.sample(drift.new_text),
             now_other=self.sample(drift.new_text_other), kind=kind, lost_chars=lost,
             lost_tokens=self._tokens(group.model, drift.lost_text))
-        with self._lock:
-            self._events.append(event)
-        if self.metrics is not None:
-            self.metrics.prefix_drift_events.labels(group.model).inc()
-        log.warning("prefix drift in group %s (model %s): requests now differ at %s "
-                    "(offset %d, %s); stable prefix %d -> %d chars, share %.0f%% -> %.0f%%; "
-                    "changed span %d chars (hash %s), now %d and %d chars (hashes %s, %s)",
-                    group.id, group.model, event.path, event.offset, kind,
-                    drift.stable_before, drift.stable_after, drift.share_before * 100,
-                    drift.share_after * 100, event.before.chars, event.before.hash,
-                    event.now.chars, event.now_other.chars, event.now.hash,
-                    event.now_other.hash)
 
     def sample(self, text: str) -> SpanSample:
         """A span as reports show it: its length, a keyed hash, its text only when kept."""
@@ -302,13 +347,15 @@ class LintService:
         with self._lock:
             return list(self._events)[-n:][::-1]
 
-    def drift_report(self, include_text: bool = False) -> dict[str, Any]:
+    def drift_report(self, include_text: bool = False,
+                     groups: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """``GET /admin/drift``: events and what each group learned; text only when
         ``include_text`` (a caller who may read prompts) and ``text_samples`` both allow
-        it, the groups' tool names only with ``include_text``."""
+        it, the groups' tool names only with ``include_text``. ``groups``: the summaries
+        of the process that learns (``group_summaries`` there), when it is not this one."""
         return {"text_samples": self.limits.text_samples and include_text,
                 "events": [e.to_json(include_text) for e in self.drift_events(100)],
-                "groups": self.group_summaries(20, include_text)}
+                "groups": self.group_summaries(20, include_text) if groups is None else groups}
 
     def group_summaries(self, n: int = 20, include_text: bool = False) -> list[dict[str, Any]]:
         out = []
@@ -339,14 +386,15 @@ def _digest(text: str) -> int:
     return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
 
 
-def _prefix_key(model: str, tenant: str | None, fields: Sequence[TextField]) -> int:
-    digest = xxhash.xxh3_64(f"{model}\x00{_tenant(tenant)}".encode())
+def prefix_key(model: str, tenant: str | None, fields: Sequence[TextField]) -> int:
+    """Which stable prefix a request has, for ``known_warnings``: model, tenant, fields."""
+    digest = xxhash.xxh3_64(f"{model}\x00{tenant_id(tenant)}".encode())
     for field in fields:
         digest.update(b"\x00" + field.path.encode() + b"\x00")
         digest.update(field.text.encode("utf-8", "surrogatepass"))
     return digest.intdigest()
 
 
-def _tenant(tenant: str | None) -> str:
-    """Never the key itself: a short hash of it."""
+def tenant_id(tenant: str | None) -> str:
+    """Who a request's group belongs to: never the key itself, a short hash of it."""
     return xxhash.xxh3_64_hexdigest(tenant.encode("utf-8", "surrogatepass"))[:12] if tenant else "-"

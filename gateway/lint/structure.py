@@ -105,6 +105,23 @@ def prefix_fields(body: Mapping[str, Any]) -> list[TextField]:
     return [f for f in text_fields(body) if f.region != "final"]
 
 
+LINT_VIEW_MEMBERS = ("tools", "cache_salt", "chat_template_kwargs")
+
+
+def lint_view(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the live lint reads of a request besides its prefix fields (``prefix_fields``):
+    the members in ``LINT_VIEW_MEMBERS`` and the roles of the leading system messages
+    (``leading_system``). ``LintService.examine`` finds the same on it as on the whole body;
+    it is what the linter's own process is sent (``gateway.server.lint_process``)."""
+    messages = body.get("messages")
+    roles = messages[:leading_system(messages)] if isinstance(messages, list) else []
+    view: dict[str, Any] = {"messages": [{"role": m["role"]} for m in roles]}
+    for name in LINT_VIEW_MEMBERS:
+        if name in body:
+            view[name] = body[name]
+    return view
+
+
 def message_text(message: Any) -> str:
     """The content as the template sees it (parts folded), or "" when it cannot be folded."""
     if not isinstance(message, Mapping):

@@ -52,6 +52,8 @@ class HasherSet:
         self._choices: dict[str, TokenizerChoice] = {}
         self._bytes = PromptHasher(ByteRenderer(), self.limits)
         self._pending: dict[str, asyncio.Task[None]] = {}
+        self._followed: dict[str, str | None] = {}
+        self._unloaded: dict[str, str] = {}  # followed, loaded on first use
         for folder in filter(None, [default_tokenizer, *(m.tokenizer for m in models)]):
             problem = configured_folder_problem(folder)
             if problem:
@@ -74,7 +76,10 @@ class HasherSet:
     # -- lookup --------------------------------------------------------------------
 
     def get(self, model: str) -> PromptHasher:
-        return self._hashers.get(model, self._bytes)
+        hasher = self._hashers.get(model)
+        if hasher is None and model in self._unloaded:
+            hasher = self._load_followed(model)
+        return hasher if hasher is not None else self._bytes
 
     def has_tokenizer(self, model: str) -> bool:
         return model in self._hashers
@@ -135,6 +140,32 @@ class HasherSet:
                 "bytes", None, f"loading {choice.path} failed ({type(exc).__name__}: {exc})"), None)
             return
         self._adopt(model, choice, PromptHasher(renderer, self.limits))
+
+    def follow(self, model: str, folder: str | None) -> None:
+        """Use ``folder`` for ``model``, as another process of this gateway chose it (the
+        linter's own process: ``gateway.server.lint_process``). It is loaded here on the
+        first ``get`` (blocking), not before: that process needs it only to count a
+        drift's lost tokens. None, or a folder that does not load: the byte renderer."""
+        if model in self._followed and self._followed[model] == folder:
+            return
+        self._followed[model] = folder  # tried once: a folder that fails is not retried
+        self._hashers.pop(model, None)
+        self._unloaded.pop(model, None)
+        self._choices[model] = (TokenizerChoice("followed", folder, folder) if folder
+                                else TokenizerChoice("bytes", None, "the gateway has none"))
+        if folder:
+            self._unloaded[model] = folder
+
+    def _load_followed(self, model: str) -> PromptHasher | None:
+        folder = self._unloaded.pop(model)
+        try:
+            hasher = PromptHasher(self._loader(folder), self.limits)
+        except (OSError, ValueError) as exc:
+            self._choices[model] = TokenizerChoice(
+                "bytes", None, f"loading {folder} failed ({type(exc).__name__})")
+            return None
+        self._hashers[model] = hasher
+        return hasher
 
     def _adopt(self, model: str, choice: TokenizerChoice, hasher: PromptHasher | None) -> None:
         self._choices[model] = choice
