@@ -311,6 +311,11 @@ class LintSettings(Strict):
     text_samples: bool = False
     """Keep the text of drifted and varying spans and show it in ``/admin/drift`` to admin
     keys. Off (the default): positions, lengths and hashes only, never prompt text."""
+    worker: Literal["process", "thread"] = "process"
+    """Where live requests are linted: ``process``, a process of its own, started with the
+    gateway (at a lower priority; one per worker); ``thread``, a thread of the serving
+    process, which lints only while no request is being prepared (no extra process, but
+    the two take turns at the interpreter)."""
 
 
 class TraceSettings(Strict):

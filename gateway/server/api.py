@@ -20,7 +20,7 @@ from gateway.lint.service import LintService
 from gateway.ops.routes import build_ops_router
 from gateway.ops.view import OpsView
 from gateway.request.state import GatewayState
-from gateway.server.lint_routes import build_lint_router
+from gateway.server.lint_routes import GroupSource, build_lint_router
 from gateway.server.openapi import DocumentedApi
 from gateway.server.routes import build_router
 from gateway.server.trace_routes import build_trace_router
@@ -29,12 +29,13 @@ from gateway.trace.writer import TraceWriter
 
 
 def build_api(state: GatewayState, ops_view: OpsView, lint: LintService,
-              trace_writer: TraceWriter | None, admin_keys: bool) -> FastAPI:
+              trace_writer: TraceWriter | None, admin_keys: bool,
+              lint_groups: GroupSource | None = None) -> FastAPI:
     """``admin_keys``: client keys are on, so every ``/admin/*`` caller holds an admin key."""
     api = DocumentedApi(ROUTES, title="prefixgate", docs_url=None, redoc_url=None,
                         openapi_url="/openapi.json", exception_handlers=errors.handlers())
     api.include_router(build_router(state))
     api.include_router(build_ops_router(ops_view))
-    api.include_router(build_lint_router(state, lint, admin_keys))
+    api.include_router(build_lint_router(state, lint, admin_keys, lint_groups))
     api.include_router(build_trace_router(trace_writer, admin_keys))
     return api

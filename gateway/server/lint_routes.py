@@ -21,6 +21,7 @@ tools a group has and a keyed hash of their names, not the names.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -74,10 +75,15 @@ def check_depth(data: dict[str, Any]) -> None:
             raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
 
 
-def build_lint_router(state: GatewayState, service: LintService,
-                      admin_keys: bool = False) -> APIRouter:
+GroupSource = Callable[[int, bool], Awaitable["list[dict[str, Any]] | None"]]
+"""What the live linter's own process learned (``LintProcess.group_summaries``)."""
+
+
+def build_lint_router(state: GatewayState, service: LintService, admin_keys: bool = False,
+                      groups: GroupSource | None = None) -> APIRouter:
     """``admin_keys``: client keys are on, so every caller of ``/admin/*`` holds an admin
-    key (``gateway.auth.keys``); without them nobody is an admin caller."""
+    key (``gateway.auth.keys``); without them nobody is an admin caller. ``groups``: where
+    the live linter learns, when not in ``service`` (its own process)."""
     router = APIRouter()
 
     @router.post("/v1/prompt/lint")
@@ -106,8 +112,15 @@ def build_lint_router(state: GatewayState, service: LintService,
 
     @router.get("/admin/drift")
     async def admin_drift() -> Response:
-        return JSONResponse(service.drift_report(include_text=admin_keys),
-                            headers={"cache-control": "no-store"})
+        if groups is None:
+            report = service.drift_report(include_text=admin_keys)
+        else:
+            learned = await groups(20, admin_keys)
+            report = service.drift_report(include_text=admin_keys, groups=learned or [])
+            if learned is None:
+                report["groups_unavailable"] = ("the prompt linter's process did not answer; "
+                                                "try again")
+        return JSONResponse(report, headers={"cache-control": "no-store"})
 
     @router.get("/admin/lint")
     async def admin_lint() -> Response:

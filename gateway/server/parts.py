@@ -39,7 +39,6 @@ from gateway.request.decider import Decider
 from gateway.request.lifecycle import RequestObserver
 from gateway.request.recorder import Recorder
 from gateway.request.response_homes import ResponseHomes
-from gateway.server.live_lint import LiveLint
 from gateway.trace.setup import Trace
 from policies.base import Policy
 from policies.registry import default_registry
@@ -115,7 +114,8 @@ def register_collectors(metrics: GatewayMetrics, pool: ReplicaPool, hashers: Has
 
 
 def build_observers(decider: Decider, homes: ResponseHomes, metrics: GatewayMetrics,
-                    policy: Policy, fleet: SharedRouting | None, live_lint: LiveLint | None,
+                    policy: Policy, fleet: SharedRouting | None,
+                    live_lint: RequestObserver | None,
                     trace: Trace | None) -> list[RequestObserver]:
     """Who hears each request's lifecycle, in the order they hear it."""
     observers: list[RequestObserver] = [decider, homes, Recorder(metrics, policy.name)]

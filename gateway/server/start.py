@@ -12,7 +12,8 @@ half-way stops what had started::
     fleet                 the state shared through Redis (redis_url), or none
     siblings              the other workers of this gateway (--workers N), or none
     metrics, decider      every series; the policy, asked and taught
-    linter                the prompt linter (its routes, and live traffic when on)
+    linter                the prompt linter (its routes; live traffic, when on, in a
+                          process of its own or a thread: lint.worker)
     trace                 the recorded traffic (trace.path), or none
     proxy, lifecycle      forwarding, and who hears each request: the decider,
                           response homes, the recorder, fleet, live linter, trace
@@ -42,6 +43,7 @@ from gateway.config import Settings
 from gateway.fleet.local import WorkerRole, siblings_of
 from gateway.fleet.metrics import worker_collectors
 from gateway.fleet.sync import fleet_of
+from gateway.lint.service import LintService
 from gateway.lint.suggest import SUGGESTIONS
 from gateway.ops.load import LoadCollector
 from gateway.ops.loop_lag import GcPauses, LoopLagMeter
@@ -65,6 +67,7 @@ from gateway.request.response_homes import ResponseHomes
 from gateway.request.route_table import RouteTable
 from gateway.request.state import GatewayState
 from gateway.server.api import build_api
+from gateway.server.lint_process import LintProcess
 from gateway.server.live_lint import LiveLint
 from gateway.server.parts import (
     build_hashers,
@@ -92,6 +95,16 @@ class Serving:
     ops_view: OpsView
 
 
+def live_linter(settings: Settings, lint: LintService, metrics: GatewayMetrics,
+                preparing: Preparing) -> LiveLint | LintProcess | None:
+    """The live prompt linter ``lint.worker`` names; None with ``lint.enabled`` off."""
+    if not settings.lint.enabled:
+        return None
+    if settings.lint.worker == "thread":
+        return LiveLint(lint, metrics, preparing)
+    return LintProcess(lint, metrics)
+
+
 @contextlib.asynccontextmanager
 async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | None,
                         drain: Drain, transport: TransportFactory | None,
@@ -115,7 +128,7 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         decider = Decider(pool, policy, metrics, retry_after=live.retry_after_seconds)
         lint = build_lint(live, hashers, metrics)
         preparing = Preparing()  # requests before their decision: the linter waits for them
-        live_lint = LiveLint(lint, metrics, preparing) if live.lint.enabled else None
+        live_lint = live_linter(live, lint, metrics, preparing)
         trace = build_trace(live.trace, policy.name)
         register_collectors(metrics, pool, hashers, lint, keys, fleet, trace)
         metrics.register(*worker_collectors(
@@ -153,7 +166,10 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         loop_lag = LoopLagMeter(metrics.loop_lag_seconds)
         loop_lag.start()
         stack.push_async_callback(loop_lag.aclose)
-        if live_lint is not None:
+        if isinstance(live_lint, LintProcess):
+            live_lint.start()
+            stack.push_async_callback(live_lint.aclose)
+        elif live_lint is not None:
             live_lint.start()
             stack.push_async_callback(asyncio.to_thread, live_lint.close)
         gc_pauses = GcPauses(metrics.gc_pause_seconds)
@@ -165,7 +181,9 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
         stack.push_async_callback(kv_feed.aclose)
 
         api = build_api(state, ops_view, lint, trace.writer if trace else None,
-                        admin_keys=keys is not None)
+                        admin_keys=keys is not None,
+                        lint_groups=(live_lint.group_summaries
+                                     if isinstance(live_lint, LintProcess) else None))
         front = Front(api, RouteTable(ROUTES), state, Dispatcher(state, homes), drain, keys,
                       live.metrics_auth)
         # "ready", or "waiting for replicas" (and which cannot be reached)
