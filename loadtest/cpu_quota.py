@@ -11,7 +11,9 @@ against one worker's one, and what the two workers' sharing costs shows as a
 ratio under 2.
 
 Which processes are serving processes: the children of the process the
-benchmark started, or that process when it has none. A single-process router
+benchmark started, or that process when it has none (helpers aside: the live
+prompt linter's own process, ``HELPER_MARK``, goes in the group of the process
+that started it). A single-process router
 (one gateway worker, the null proxy, a Rust peer with its threads) is
 limited as a whole; ``--workers N`` is a supervisor (its hub) with N workers
 under it, and only the workers are limited, each in a group of its own. The
@@ -101,11 +103,38 @@ def find_hierarchy(mounts_text: str | None = None, cgroup_text: str | None = Non
                            + (": tried " + ", ".join(tried) if tried else ""))
 
 
-def serving_processes(root: int, parents: dict[int, int]) -> list[int]:
-    """A router's serving processes: the root's children when it has any (a supervisor's
-    workers; what they start later is in their group too), else the root itself."""
-    children = sorted(pid for pid, parent in parents.items() if parent == root)
-    return children or [root]
+HELPER_MARK = "gateway.server.lint_process"
+"""In a helper process's command line: the live prompt linter's own process, which a
+gateway process starts (``lint.worker: process``). It is limited with the process that
+started it (in its group), never as a serving process of its own."""
+
+
+def serving_processes(root: int, parents: dict[int, int],
+                      helpers: frozenset[int] = frozenset()) -> dict[int, list[int]]:
+    """A router's serving processes, each with the processes under it (they share its
+    group): the root's children that are not helpers when it has any (a supervisor's
+    workers), else the root itself (a single process, with its helpers)."""
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+
+    def with_below(pid: int) -> list[int]:
+        out, stack = [], [pid]
+        while stack:
+            out.append(stack.pop())
+            stack.extend(sorted(children.get(out[-1], []), reverse=True))
+        return out
+
+    workers = sorted(pid for pid in children.get(root, []) if pid not in helpers)
+    return {pid: with_below(pid) for pid in workers or [root]}
+
+
+def is_helper(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid``'s command line names a helper (``HELPER_MARK``)."""
+    try:
+        return HELPER_MARK in (proc / str(pid) / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
 
 
 @dataclass
@@ -115,6 +144,7 @@ class CoreQuota:
     hierarchy: Hierarchy
     cores: float
     groups: dict[int, Path] = field(default_factory=dict)
+    members: dict[int, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.cores <= 64:
@@ -125,8 +155,9 @@ class CoreQuota:
             if "cpu" not in control.read_text().split():
                 control.write_text("+cpu")
 
-    def limit(self, pid: int) -> Path:
-        """``pid`` (all its threads) in a group of its own, limited to ``cores`` of a core."""
+    def limit(self, pid: int, members: tuple[int, ...] = ()) -> Path:
+        """``pid`` (all its threads) in a group of its own, limited to ``cores`` of a core,
+        with ``members`` (the processes it started) in it too."""
         group = self.hierarchy.base / f"loadtest-quota-{os.getpid()}-{pid}"
         group.mkdir(exist_ok=True)
         quota = max(1_000, round(self.cores * PERIOD_US))
@@ -135,7 +166,9 @@ class CoreQuota:
             (group / "cpu.cfs_quota_us").write_text(str(quota))
         else:
             (group / "cpu.max").write_text(f"{quota} {PERIOD_US}")
-        (group / "cgroup.procs").write_text(str(pid))
+        for member in dict.fromkeys((pid, *members)):
+            (group / "cgroup.procs").write_text(str(member))
+            self.members.setdefault(pid, []).append(member)
         self.groups[pid] = group
         return group
 
@@ -152,8 +185,10 @@ class CoreQuota:
 
     def close(self) -> None:
         for pid, group in self.groups.items():
-            with contextlib.suppress(OSError):
-                (self.hierarchy.base / "cgroup.procs").write_text(str(pid))
+            for member in self.members.get(pid, [pid]):
+                with contextlib.suppress(OSError):
+                    (self.hierarchy.base / "cgroup.procs").write_text(str(member))
             with contextlib.suppress(OSError):
                 group.rmdir()
         self.groups.clear()
+        self.members.clear()

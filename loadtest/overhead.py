@@ -100,7 +100,13 @@ import httpx
 
 from loadtest import markdown, sections
 from loadtest.contenders import ContenderSpec, ContenderUnavailable, launch
-from loadtest.cpu_quota import PERIOD_US, CoreQuota, find_hierarchy, serving_processes
+from loadtest.cpu_quota import (
+    PERIOD_US,
+    CoreQuota,
+    find_hierarchy,
+    is_helper,
+    serving_processes,
+)
 from loadtest.driver import DriveResult
 from loadtest.histogram import beyond_buckets, delta, quantile, scrape_histograms
 from loadtest.loop import loop_name, run
@@ -648,9 +654,10 @@ def limit_cores(cores: float, pids: dict[str, int]) -> Iterator[CoreQuota]:
         stats = _settled_stats(list(pids.values()))
         for name, root in pids.items():
             tree = descendants(root, stats)
-            serving = serving_processes(root, {p: stats[p].ppid for p in tree})
-            for pid in serving:
-                quota.limit(pid)
+            helpers = frozenset(p for p in tree if is_helper(p))
+            serving = serving_processes(root, {p: stats[p].ppid for p in tree}, helpers)
+            for pid, members in serving.items():
+                quota.limit(pid, tuple(members))
             print(f"{name}: {len(serving)} serving process(es) limited to {cores:g} of a "
                   "core each", file=sys.stderr)
         yield quota

@@ -39,7 +39,12 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("first byte", "gateway.request.proxy", "Proxy._answer"),
     ("record", "gateway.request.recorder", "Recorder.on_complete"),
     ("lint, on the loop", "gateway.server.live_lint", "LiveLint.on_decided"),
-    ("lint, its thread", "gateway.lint.service", "LintService.check_now"),
+    ("lint, on the loop", "gateway.server.lint_process", "LintProcess.on_decided"),
+    ("lint, on the loop", "gateway.server.lint_process", "LintProcess._readable"),
+    # off the loop: the serving process's thread (lint.worker: thread), or the linter's
+    # own process (its file is read with the others of the tree)
+    ("lint, off the loop", "gateway.lint.service", "LintService.check_now"),
+    ("lint, off the loop", "gateway.lint.service", "LintService.examine"),
     ("KV events: decode", "engine.kv_events", "decode_payload"),
     ("KV events: apply", "gateway.replicas.kv_feed", "KVFeed._on_batch"),
     ("siblings' batches: decode", "gateway.fleet.codec", "decode_batch"),

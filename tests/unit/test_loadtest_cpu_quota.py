@@ -16,6 +16,7 @@ from loadtest.cpu_quota import (
     Hierarchy,
     QuotaUnavailable,
     find_hierarchy,
+    is_helper,
     serving_processes,
 )
 
@@ -69,10 +70,21 @@ def test_limits_written_per_version_and_undone(tmp_path: Path) -> None:
 
 
 def test_the_serving_processes_are_a_supervisors_workers_or_the_process_itself() -> None:
-    assert serving_processes(1, {1: 0, 2: 1, 3: 1}) == [2, 3]  # a supervisor, two workers
-    assert serving_processes(1, {1: 0}) == [1]  # one process
+    assert serving_processes(1, {1: 0, 2: 1, 3: 1}) == {2: [2], 3: [3]}  # two workers
+    assert serving_processes(1, {1: 0}) == {1: [1]}  # one process
     # a worker's own helper is in the worker's group, not one of its own
-    assert serving_processes(1, {1: 0, 2: 1, 3: 1, 4: 3}) == [2, 3]
+    assert serving_processes(1, {1: 0, 2: 1, 3: 1, 4: 3}) == {2: [2], 3: [3, 4]}
+    # one gateway process and the linter's process it started: one group, both in it
+    assert serving_processes(1, {1: 0, 5: 1}, frozenset({5})) == {1: [1, 5]}
+
+
+def test_the_linters_process_is_told_by_its_command_line(tmp_path: Path) -> None:
+    for pid, argv in ((7, [".venv/bin/python", "-m", "gateway.server.lint_process", "3"]),
+                      (8, [".venv/bin/prefixgate", "serve", "--port", "8000"])):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv))
+    assert is_helper(7, tmp_path) and not is_helper(8, tmp_path)
+    assert not is_helper(9, tmp_path)  # gone
 
 
 @pytest.mark.parametrize("cores", [0, -1, 100])
