@@ -311,11 +311,14 @@ class LintSettings(Strict):
     text_samples: bool = False
     """Keep the text of drifted and varying spans and show it in ``/admin/drift`` to admin
     keys. Off (the default): positions, lengths and hashes only, never prompt text."""
-    worker: Literal["process", "thread"] = "process"
-    """Where live requests are linted: ``process``, a process of its own, started with the
-    gateway (at a lower priority; one per worker); ``thread``, a thread of the serving
-    process, which lints only while no request is being prepared (no extra process, but
-    the two take turns at the interpreter)."""
+    worker: Literal["thread", "process"] = "thread"
+    """Where live requests are linted: ``thread`` (the default), a thread of the serving
+    process that lints only while no request is being prepared; ``process``, a process
+    of its own started with the gateway (one per worker, at a lower priority, ~60 MB),
+    ended and replaced when it holds requests 30 s without a word. Measured on 2 cores
+    (docs/benchmarks/overhead.md): the process cost 2-5% more CPU a request and changed
+    TTFT within noise; it isolates the linter (a prompt it cannot get through never
+    touches the serving process) and can use a core the gateway does not."""
 
 
 class TraceSettings(Strict):

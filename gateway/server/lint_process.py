@@ -10,11 +10,15 @@ gateway. Each decided chat request with a prompt is queued for it: its key, the
 model and its tokenizer folder, the tenant's hash, its prefix fields and
 ``lint_view`` (never the last turn). ``/admin/drift`` asks the child for its groups.
 
-Why a process: a worker thread in the serving process lints off the loop but
-not off the interpreter; while both want it they take turns, and the linter cost
-the gateway about twice its own CPU (docs/benchmarks/overhead.md, issue 25).
-The child runs at a lower priority (``NICE``): on a busy machine the serving
-process's CPU comes first.
+Why a process: a worker thread in the serving process (``gateway.server.live_lint``,
+the default) lints off the loop but not off the interpreter; while both want it
+they take turns. Here the serving process does none of the linter's work, a lint
+that cannot finish (``STALL_SECONDS``) is ended with its process, and the linter
+can run on a core the gateway does not use. The child runs at a lower priority
+(``NICE``): on a busy machine the serving process's CPU comes first. Measured on
+2 cores (docs/benchmarks/overhead.md, issue 25) it did not pay for itself in
+CPU: 2-5% more a request than the thread, TTFT within noise, whether the lint was
+cheap (warm system prompts) or not (a new 2,000-token one each request).
 
 What a hop costs is paid per batch, not per request: the queue is written to
 the socket every ``SEND_SECONDS`` (or at ``BATCH_REQUESTS``), and the child

@@ -1,7 +1,6 @@
-"""The prompt linter on live traffic in a thread (``lint.worker: thread``): a lifecycle
-observer of decided chat requests. The default is a process of its own
-(``gateway.server.lint_process``); this one needs no extra process, but takes turns
-with the serving loop at the interpreter.
+"""The prompt linter on live traffic in a thread (``lint.worker: thread``, the default): a
+lifecycle observer of decided chat requests. ``lint.worker: process`` lints in a
+process of its own instead (``gateway.server.lint_process``).
 
 When a chat request with a prompt is decided (``gateway.request.lifecycle``),
 the linter says at once what it already knows of that stable prefix (its

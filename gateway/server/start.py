@@ -100,9 +100,9 @@ def live_linter(settings: Settings, lint: LintService, metrics: GatewayMetrics,
     """The live prompt linter ``lint.worker`` names; None with ``lint.enabled`` off."""
     if not settings.lint.enabled:
         return None
-    if settings.lint.worker == "thread":
-        return LiveLint(lint, metrics, preparing)
-    return LintProcess(lint, metrics)
+    if settings.lint.worker == "process":
+        return LintProcess(lint, metrics)
+    return LiveLint(lint, metrics, preparing)
 
 
 @contextlib.asynccontextmanager

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -22,10 +24,12 @@ POLICY = ("You are the concierge of the Harbor Hotel. Check-in is from 15:00, ch
           "that are not in the rate sheet. ") * 4
 
 
-@pytest.fixture(scope="module")
-def lint_gateway() -> Iterator[GatewayProcess]:
+@pytest.fixture(scope="module", params=["thread", "process"])
+def lint_gateway(request: pytest.FixtureRequest) -> Iterator[GatewayProcess]:
+    """The live linter in a thread of the gateway, or in a process of its own."""
     sims = [SimProcess(sim_args(20 + i)) for i in range(2)]
-    gateway = GatewayProcess(gateway_settings(sims, policy="prefix", max_body_bytes=100_000))
+    gateway = GatewayProcess(gateway_settings(sims, policy="prefix", max_body_bytes=100_000,
+                                              lint={"worker": request.param}))
     try:
         for sim in sims:
             sim.start()
@@ -53,6 +57,26 @@ def timestamp_findings(gateway: GatewayProcess) -> float:
     return sum(s.value for family in text_string_to_metric_families(text)
                for s in family.samples
                if s.name == "prefixgate_lint_findings_total" and s.labels["kind"] == "timestamp")
+
+
+def test_the_linter_runs_where_it_was_told(lint_gateway: GatewayProcess) -> None:
+    assert lint_gateway.proc is not None
+    linters = [pid for pid in _children(lint_gateway.proc.pid)
+               if b"gateway.server.lint_process" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(linters) == (lint_gateway.settings["lint"]["worker"] == "process")
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text(errors="replace")
+            except OSError:
+                continue
+            if int(stat.rpartition(")")[2].split()[1]) == parent:
+                found.append(int(entry))
+    return found
 
 
 def test_lint_header_on_a_timestamp_in_the_system_prompt(lint_gateway: GatewayProcess) -> None:
