@@ -311,13 +311,18 @@ class LintSettings(Strict):
     text_samples: bool = False
     """Keep the text of drifted and varying spans and show it in ``/admin/drift`` to admin
     keys. Off (the default): positions, lengths and hashes only, never prompt text."""
+    cpu_share: float = Field(0.1, ge=0, le=64)
+    """The live linter's CPU, at most, as a share of one core (per worker): a new long
+    system prompt each request costs it milliseconds (a document in the prompt); beyond
+    its share, requests go unlinted, counted in ``prefixgate_lint_dropped_total``. 0: no
+    limit."""
     worker: Literal["thread", "process"] = "thread"
     """Where live requests are linted: ``thread`` (the default), a thread of the serving
     process that lints only while no request is being prepared; ``process``, a process
     of its own started with the gateway (one per worker, at a lower priority, ~60 MB),
     ended and replaced when it holds requests 30 s without a word. Measured on 2 cores
-    (docs/benchmarks/overhead.md): the process cost 2-5% more CPU a request and changed
-    TTFT within noise; it isolates the linter (a prompt it cannot get through never
+    (docs/benchmarks/overhead.md): the process cost 0.99-1.07x the thread's CPU a
+    request, TTFT within noise; it isolates the linter (a prompt it cannot get through never
     touches the serving process) and can use a core the gateway does not."""
 
 

@@ -117,8 +117,9 @@ class GatewayMetrics:
             ["replica"], registry=r)
         self.lint_dropped = Counter(
             "prefixgate_lint_dropped", "Requests the live prompt linter skipped: its queue "
-            "was full, or its process had ended with them (it lints off the serving loop, "
-            "and never holds a request back).", registry=r)
+            "was full, its share of a core (lint.cpu_share) was spent, or its process had "
+            "ended with them (it lints off the serving loop, and never holds a request "
+            "back).", registry=r)
         self.lint_process_restarts = Counter(
             "prefixgate_lint_process_restarts", "Times the live prompt linter's own process "
             "ended and was started again.", registry=r)

@@ -17,7 +17,7 @@ that cannot finish (``STALL_SECONDS``) is ended with its process, and the linter
 can run on a core the gateway does not use. The child runs at a lower priority
 (``NICE``): on a busy machine the serving process's CPU comes first. Measured on
 2 cores (docs/benchmarks/overhead.md, issue 25) it did not pay for itself in
-CPU: 2-5% more a request than the thread, TTFT within noise, whether the lint was
+CPU: 0.99-1.07x the thread's a request, TTFT within noise, whether the lint was
 cheap (warm system prompts) or not (a new 2,000-token one each request).
 
 What a hop costs is paid per batch, not per request: the queue is written to
@@ -31,6 +31,8 @@ the same keys. A request sent one at a time and answered one at a time cost
 more CPU than the thread it replaced (a system call and a wake-up each way, on
 the loop and in the child).
 
+Its CPU is bounded as the thread's is (``cpu_share``, ``gateway.lint.budget``):
+requests beyond it are skipped in the child and reported, counted as dropped.
 Bounded as the thread's queue was: at most ``QUEUE_REQUESTS`` requests wait for
 the child (queued here or sent and not reported done); more are not linted and
 ``prefixgate_lint_dropped_total`` counts them. Nothing on the loop blocks: the
@@ -60,6 +62,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gateway.lint.budget import CpuBudget
 from gateway.lint.service import LintService, prefix_key, tenant_id
 from gateway.lint.structure import TextField, lint_view, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
@@ -133,7 +136,7 @@ class LintProcess(Silent):
                  capacity: int = QUEUE_REQUESTS, max_bytes: int = QUEUE_BYTES,
                  restart_seconds: float = RESTART_SECONDS,
                  send_seconds: float = SEND_SECONDS,
-                 stall_seconds: float = STALL_SECONDS) -> None:
+                 stall_seconds: float = STALL_SECONDS, cpu_share: float = 0.0) -> None:
         self.lint = lint
         self.metrics = metrics
         self.capacity = capacity
@@ -141,6 +144,7 @@ class LintProcess(Silent):
         self.restart_seconds = restart_seconds
         self.send_seconds = send_seconds
         self.stall_seconds = stall_seconds
+        self.cpu_share = cpu_share
         self._heard = 0.0  # when the child last reported (loop time)
         self._watch: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -193,7 +197,8 @@ class LintProcess(Silent):
         assert self._loop is not None
         self._heard = self._loop.time()
         lint = self.lint
-        self._send(_frame(("setup", lint.limits, lint.drift_settings, lint.hashers.limits)))
+        self._send(_frame(("setup", lint.limits, lint.drift_settings, lint.hashers.limits,
+                           self.cpu_share)))
         assert self._loop is not None
         self._loop.add_reader(ours, self._readable)
 
@@ -404,7 +409,9 @@ class LintProcess(Silent):
             if call is not None and not call.done():
                 call.set_result(message[2])
             return
-        _, done, counts, kinds, drifts, failures, more_failures = message  # "report"
+        _, done, counts, kinds, drifts, failures, more_failures, skipped = message  # "report"
+        if skipped:  # beyond its share of a core (lint.cpu_share)
+            self.metrics.lint_dropped.inc(skipped)
         assert self._loop is not None
         self._heard = self._loop.time()
         self._sent = max(0, self._sent - done)
@@ -446,9 +453,11 @@ class _Child:
     """The linter's process: one thread reads the socket, lints in the order requests
     came, answers ``groups`` between them, and reports (``_report``)."""
 
-    def __init__(self, sock: socket.socket, service: LintService) -> None:
+    def __init__(self, sock: socket.socket, service: LintService, budget: CpuBudget) -> None:
         self.sock = sock
         self.service = service
+        self.budget = budget
+        self.skipped = 0
         self.told: LRU[int, int] = LRU(service.limits.memo_entries)
         """What the serving process was told each key's warnings are (it keeps the same)."""
         self.done = 0
@@ -485,6 +494,10 @@ class _Child:
              view: dict[str, Any], fields: list[tuple[Any, ...]]) -> None:
         service = self.service
         self.done += 1
+        if not self.budget.allows():  # its share of a core is spent (lint.cpu_share)
+            self.skipped += 1
+            return
+        started = time.thread_time()
         try:
             service.hashers.follow(model, folder)
             examined = service.examine(model, view, tenant_hash, [TextField(*f) for f in fields])
@@ -494,6 +507,8 @@ class _Child:
             else:
                 self.more_failures += 1
             return
+        finally:
+            self.budget.charge(time.thread_time() - started)
         for kind in examined.warnings:
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
         self.drifts.extend(examined.drifts)
@@ -514,9 +529,9 @@ class _Child:
         if not (self.done or urgent):
             return
         self.sock.sendall(_frame(("report", self.done, self.counts, self.kinds, self.drifts,
-                                  self.failures, self.more_failures)))
+                                  self.failures, self.more_failures, self.skipped)))
         self.done, self.counts, self.kinds, self.drifts = 0, {}, {}, []
-        self.failures, self.more_failures = [], 0
+        self.failures, self.more_failures, self.skipped = [], 0, 0
         self.last_report = time.monotonic()
 
 
@@ -546,11 +561,11 @@ def main(argv: list[str]) -> None:
     if setup[0] != "setup":
         return
     from gateway.prompt.hashers import HasherSet
-    limits, drift, hash_limits = setup[1], setup[2], setup[3]
+    limits, drift, hash_limits, share = setup[1], setup[2], setup[3], setup[4]
     service = LintService(HasherSet([], limits=hash_limits), [], None, limits=limits, drift=drift)
     # what came with the setup is at the front again, as it was sent
     again = b"".join(_frame(m) for m in messages[1:])
-    _Child(sock, service).run(bytearray(again) + buffer)
+    _Child(sock, service, CpuBudget(share)).run(bytearray(again) + buffer)
 
 
 if __name__ == "__main__":

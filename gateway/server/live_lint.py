@@ -21,7 +21,9 @@ the linter took half the gateway's time before each request left
 (docs/benchmarks/bursts.md). So the worker lints only while no request is being
 prepared (``gateway.request.preparing``: between arrival and decision); a
 burst queues its lints and they run once its requests have left, and under
-load that never lets up the queue fills and drops, counted. The linter only
+load that never lets up the queue fills and drops, counted. Its CPU is bounded
+too (``lint.cpu_share``, ``gateway.lint.budget``): beyond its share of a core,
+requests are skipped, counted the same way. The linter only
 observes: anything it cannot read is logged and the request goes on.
 
 It lives here, in the composition layer, because the request path never
@@ -37,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.lint.budget import CpuBudget
 from gateway.lint.service import LintService
 from gateway.lint.structure import TextField, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
@@ -66,8 +69,9 @@ _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 class LiveLint(Silent):
     def __init__(self, lint: LintService, metrics: GatewayMetrics, preparing: Preparing,
-                 capacity: int = QUEUE_REQUESTS) -> None:
+                 capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None) -> None:
         self.lint = lint
+        self.budget = budget or CpuBudget(0)
         self.metrics = metrics
         self.preparing = preparing
         self.capacity = capacity
@@ -121,7 +125,13 @@ class LiveLint(Silent):
             wait = QUEUE_POLL_SECONDS
             while not self._closing.is_set() and not self.preparing.wait_idle(IDLE_POLL_SECONDS):
                 pass  # requests are being prepared: they come first
+            if not self.budget.allows():  # its share of a core is spent (lint.cpu_share)
+                self.metrics.lint_dropped.inc()
+                continue
+            started = time.thread_time()
             try:
                 self.lint.check_now(model, body, tenant, fields)
             except Exception:
                 log.exception("prompt lint failed on a request (it was routed without it)")
+            finally:
+                self.budget.charge(time.thread_time() - started)

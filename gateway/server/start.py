@@ -43,6 +43,7 @@ from gateway.config import Settings
 from gateway.fleet.local import WorkerRole, siblings_of
 from gateway.fleet.metrics import worker_collectors
 from gateway.fleet.sync import fleet_of
+from gateway.lint.budget import CpuBudget
 from gateway.lint.service import LintService
 from gateway.lint.suggest import SUGGESTIONS
 from gateway.ops.load import LoadCollector
@@ -100,9 +101,10 @@ def live_linter(settings: Settings, lint: LintService, metrics: GatewayMetrics,
     """The live prompt linter ``lint.worker`` names; None with ``lint.enabled`` off."""
     if not settings.lint.enabled:
         return None
+    share = settings.lint.cpu_share
     if settings.lint.worker == "process":
-        return LintProcess(lint, metrics)
-    return LiveLint(lint, metrics, preparing)
+        return LintProcess(lint, metrics, cpu_share=share)
+    return LiveLint(lint, metrics, preparing, budget=CpuBudget(share))
 
 
 @contextlib.asynccontextmanager

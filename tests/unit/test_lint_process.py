@@ -4,11 +4,12 @@ a real child process, the parent's loop, what comes back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
 import signal
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -60,6 +61,18 @@ def findings(service: LintService) -> dict[str, int]:
     return {stat.kind: stat.count for stat in service.top_findings(50)}
 
 
+@contextlib.asynccontextmanager
+async def running(service: LintService, metrics: SimpleNamespace | None = None,
+                  **options: float) -> AsyncIterator[LintProcess]:
+    """A started linter process, closed on the way out (what was queued linted first)."""
+    live = LintProcess(service, metrics or counters(), **options)  # type: ignore[arg-type]
+    live.start()
+    try:
+        yield live
+    finally:
+        await live.aclose()
+
+
 @pytest.fixture()
 def service(qwen_dir: str) -> LintService:
     models = [ModelSettings(name="qwen", tokenizer=qwen_dir)]
@@ -69,9 +82,7 @@ def service(qwen_dir: str) -> LintService:
 async def test_requests_are_linted_in_the_linters_process_and_what_it_found_comes_back(
         service: LintService) -> None:
     metrics = counters()
-    live = LintProcess(service, metrics)  # type: ignore[arg-type]
-    live.start()
-    try:
+    async with running(service, metrics) as live:
         first = decided(chat(STAMPED))
         live.on_decided(first)
         assert first.lint_warnings is None  # not linted yet: the header says nothing
@@ -91,8 +102,6 @@ async def test_requests_are_linted_in_the_linters_process_and_what_it_found_come
         groups = await live.group_summaries(20, False)
         assert groups is not None and sum(g["requests"] for g in groups) == 4  # "later" too
         assert "sk-app" not in str(groups)
-    finally:
-        await live.aclose()
     assert live._proc is not None and live._proc.poll() is not None  # the child is gone
     assert count(metrics.lint_dropped) == 0
 
@@ -100,23 +109,27 @@ async def test_requests_are_linted_in_the_linters_process_and_what_it_found_come
 async def test_a_full_queue_drops_and_counts_and_closing_lints_what_was_sent(
         service: LintService) -> None:
     metrics = counters()
-    live = LintProcess(service, metrics, capacity=2)  # type: ignore[arg-type]
-    live.start()
-    try:
-        for i in range(5):  # no await between them: the child answers none before the third
+    async with running(service, metrics, capacity=2) as live:  # closing lints the two
+        for i in range(5):  # no await between them: none has gone when the third comes
             live.on_decided(decided(chat(STAMPED, f"question {i}")))
         assert live.queued() == 2 and count(metrics.lint_dropped) == 3
-    finally:
-        await live.aclose()  # waits for the two sent
     assert findings(service) == {"timestamp": 2}
+
+
+async def test_beyond_its_share_of_a_core_the_linters_process_skips_and_counts(
+        service: LintService) -> None:
+    metrics = counters()
+    async with running(service, metrics, cpu_share=1e-9) as live:  # a few lints, no more
+        for i in range(20):
+            live.on_decided(decided(chat(STAMPED, f"question {i}")))
+    linted = findings(service)["timestamp"]
+    assert 1 <= linted <= 3 and linted + count(metrics.lint_dropped) == 20
 
 
 async def test_a_linter_process_that_dies_is_replaced_and_what_it_held_is_counted(
         service: LintService) -> None:
     metrics = counters()
-    live = LintProcess(service, metrics, restart_seconds=0.05)  # type: ignore[arg-type]
-    live.start()
-    try:
+    async with running(service, metrics, restart_seconds=0.05) as live:
         live.on_decided(decided(chat(STAMPED)))
         await until(lambda: live.queued() == 0, "the child up and answering")
         first_pid = live.pid
@@ -137,17 +150,13 @@ async def test_a_linter_process_that_dies_is_replaced_and_what_it_held_is_counte
         again = decided(chat(STAMPED, "and again"))
         live.on_decided(again)
         assert again.lint_warnings == 1
-    finally:
-        await live.aclose()
 
 
 async def test_a_linter_process_that_stops_answering_is_replaced(service: LintService) -> None:
     """A child stuck on a request (here: stopped) is ended and replaced; the serving
     side never waits for it."""
     metrics = counters()
-    live = LintProcess(service, metrics, restart_seconds=0.05)  # type: ignore[arg-type]
-    live.start()
-    try:
+    async with running(service, metrics, restart_seconds=0.05) as live:
         live.on_decided(decided(chat(STAMPED)))
         await until(lambda: live.queued() == 0, "the child up and answering")
         live.stall_seconds = 1.0  # started (its tokenizer loaded): now a short patience
@@ -162,17 +171,13 @@ async def test_a_linter_process_that_stops_answering_is_replaced(service: LintSe
         linted = findings(service)["timestamp"]
         live.on_decided(decided(chat(STAMPED, "to the new one")))
         await until(lambda: findings(service)["timestamp"] == linted + 1, "a lint by the new one")
-    finally:
-        await live.aclose()
 
 
 async def test_the_header_follows_a_prefix_whose_warnings_change(service: LintService) -> None:
     """The child reports a prefix's warnings only when they differ from what it last
     reported: the header still says what the last lint of that prefix found."""
-    live = LintProcess(service, counters())  # type: ignore[arg-type]
-    live.start()
     salted = {"cache_salt": "9f3b2c7d1e8a4f60b5c2"}  # looks unique per request: a warning
-    try:
+    async with running(service) as live:
         seen = []
         for extra in (salted, {}, {}, salted, {}):
             request = decided(chat(POLICY, **extra))
@@ -182,8 +187,6 @@ async def test_the_header_follows_a_prefix_whose_warnings_change(service: LintSe
         last = decided(chat(POLICY))
         live.on_decided(last)
         seen.append(last.lint_warnings)
-    finally:
-        await live.aclose()
     assert seen == [None, 1, 0, 0, 1, 0]
 
 
@@ -237,9 +240,7 @@ def test_the_view_sent_to_the_linters_process_finds_what_the_whole_body_does(
 
 async def test_a_drift_found_in_the_linters_process_is_logged_and_counted_here(
         service: LintService, caplog: pytest.LogCaptureFixture) -> None:
-    live = LintProcess(service, counters())  # type: ignore[arg-type]
-    live.start()
-    try:
+    async with running(service) as live:
         with caplog.at_level(logging.WARNING, logger="prefixgate.lint"):
             for i in range(14):
                 live.on_decided(decided(chat(POLICY, f"question {i}")))
@@ -248,8 +249,6 @@ async def test_a_drift_found_in_the_linters_process_is_logged_and_counted_here(
                                          "Returns are", 1)
                 live.on_decided(decided(chat(stamped)))
             await until(lambda: service.drift_events() != [], "the drift reported")
-    finally:
-        await live.aclose()
     [event] = service.drift_events()
     assert event.path == "messages[0].content" and event.kind == "timestamp"
     # counted in tokens by the model's tokenizer (the child loads it for this), not bytes

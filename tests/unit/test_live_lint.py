@@ -9,6 +9,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 from starlette.requests import Request
 
+from gateway.lint.budget import CpuBudget
 from gateway.request.exchange import Exchange, Route
 from gateway.request.preparing import Preparing
 from gateway.server.live_lint import LiveLint
@@ -64,6 +65,20 @@ def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -
     later = exchange("t9")
     live.on_decided(later)       # what the last lint found, for the header
     assert later.lint_warnings == 2
+
+
+def test_beyond_its_share_of_a_core_requests_go_unlinted_and_counted() -> None:
+    lint = SlowLint()
+    lint.go.set()
+    dropped = Counter("dropped", "", registry=CollectorRegistry())
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=dropped), Preparing(),  # type: ignore[arg-type]
+                    budget=CpuBudget(1e-9))  # a lint's CPU is more than it ever gets back
+    live.start()
+    for i in range(20):
+        live.on_decided(exchange(f"t{i}"))
+    live.close()
+    # the first few (its burst, each charged at most half of it), then none
+    assert 1 <= len(lint.checked) <= 3 and len(lint.checked) + dropped._value.get() == 20
 
 
 def test_only_chat_requests_with_a_prompt_are_linted() -> None:
