@@ -17,6 +17,20 @@ from loadtest.cpu_sections.sitecustomize import SECTIONS
 REPO = Path(__file__).resolve().parents[2]
 
 
+def readings_of(script: str, cwd: Path, folder: Path, written: Path) -> sections.Reading:
+    """What a child started under the harness (``folder``, as given) wrote to ``written``
+    once it printed ``ready``."""
+    with sections.harness(folder):
+        child = subprocess.Popen([sys.executable, "-c", script], cwd=cwd,
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        return sections.read_tree(written, child.pid)[child.pid]
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.parametrize(("section", "module", "name"), SECTIONS)
 def test_every_section_names_a_synchronous_function_of_the_gateway(
         section: str, module: str, name: str) -> None:
@@ -41,16 +55,7 @@ def test_a_process_with_the_harness_counts_each_sections_calls_and_cpu(
         time.sleep(30)
     """)
     monkeypatch.chdir(tmp_path)  # a relative folder, and a child running elsewhere
-    with sections.harness(Path("sections")):
-        child = subprocess.Popen([sys.executable, "-c", script], cwd=REPO,
-                                 stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        readings = sections.read_tree(tmp_path / "sections", child.pid)
-    finally:
-        child.kill()
-        child.wait()
-    reading = readings[child.pid]
+    reading = readings_of(script, REPO, Path("sections"), tmp_path / "sections")
     ns, calls = reading.sections["siblings' batches: decode"]
     assert calls == 250 and 0 < ns <= reading.process_ns
     assert reading.missing == []
@@ -96,13 +101,5 @@ def test_a_section_the_checkout_does_not_have_is_listed_not_fatal(tmp_path: Path
     (tree / "gateway" / "__init__.py").write_text("")
     (tree / "gateway" / "fleet" / "__init__.py").write_text("")
     (tree / "gateway" / "fleet" / "shared.py").write_text("VERSION = 0\n")  # no class
-    with sections.harness(tmp_path / "sections"):
-        child = subprocess.Popen([sys.executable, "-c", script], cwd=tree,
-                                 stdout=subprocess.PIPE, text=True)
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        readings = sections.read_tree(tmp_path / "sections", child.pid)
-    finally:
-        child.kill()
-        child.wait()
-    assert readings[child.pid].missing == ["gateway.fleet.shared.SharedRouting._apply_batch"]
+    reading = readings_of(script, tree, tmp_path / "sections", tmp_path / "sections")
+    assert reading.missing == ["gateway.fleet.shared.SharedRouting._apply_batch"]
