@@ -16,7 +16,9 @@ Each attempt is opened with ``attempt(exchange, replica_id)``, a context
 manager that says ``sent`` on entry and ``failed`` on exit unless
 ``answered()`` said ``first_byte`` first: exactly one of the two follows
 every ``sent``, whatever way the attempt ends (a pending prefix cannot
-leak). Observers must not block: they run on the request's own task.
+leak). Observers must not block: they run on the request's own task; one whose
+work on ``decided`` can wait until the request has left defers it (``after_send``:
+the live prompt linter).
 
 The observers today: the routing learner (``gateway.request.decider.Decider``: the
 policy's pending prefixes and what it learns at the first token) and the
@@ -25,8 +27,9 @@ recorder (``gateway.request.recorder.Recorder``: metrics and the access log).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from gateway.request.exchange import Exchange
@@ -110,3 +113,18 @@ class Silent:
 
     def on_complete(self, exchange: Exchange) -> None:
         return None
+
+
+def after_send(take: Callable[[Exchange], None], exchange: Exchange) -> None:
+    """For an observer's ``on_decided`` whose work can wait for the request to leave:
+    ``take(exchange)`` on the serving loop's next turn, which the request's own task
+    reaches only after writing the request (a pooled connection's write does not wait;
+    a new connection's does, and the work then goes first) and before any answer can be
+    read. Response headers it sets on the exchange go with the answer, whose first byte
+    comes on a later turn. Without a running loop (a test, a script), at once."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        take(exchange)
+        return
+    loop.call_soon(take, exchange)

@@ -67,7 +67,7 @@ from gateway.lint.service import LintService, prefix_key, tenant_id
 from gateway.lint.structure import TextField, lint_view, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
-from gateway.request.lifecycle import Silent
+from gateway.request.lifecycle import Silent, after_send
 from policies.lru import LRU
 
 log = logging.getLogger("prefixgate.lint")
@@ -284,8 +284,11 @@ class LintProcess(Silent):
         return self._sent + len(self._batch)
 
     def on_decided(self, exchange: Exchange) -> None:
-        if exchange.route.kind != "chat" or exchange.prompt is None:
-            return
+        if exchange.route.kind == "chat" and exchange.prompt is not None:
+            after_send(self.take, exchange)
+
+    def take(self, exchange: Exchange) -> None:
+        """The header's lookup, and the request queued for the child (on the loop)."""
         model, body, tenant = exchange.model, exchange.as_sent, exchange.tenant
         try:
             fields = prefix_fields(body)

@@ -3,14 +3,16 @@ lifecycle observer of decided chat requests. ``lint.worker: process`` lints in a
 process of its own instead (``gateway.server.lint_process``).
 
 When a chat request with a prompt is decided (``gateway.request.lifecycle``),
-the linter says at once what it already knows of that stable prefix (its
-memo: ``LintService.known_warnings``, the ``x-prefixgate-lint`` header: a
-hash and a lookup), and the request goes on. The real lint runs off the
-serving loop: the request is put on a bounded queue that one worker thread
-drains (``LintService.check_now``, which takes its own locks); when the queue
-is full the request is not linted and ``prefixgate_lint_dropped_total`` counts
-it. The queue is a deque the worker looks at every few milliseconds (backing off
-to a third of a second while it stays empty): a
+and has left for its replica (``after_send``: the next turn of the loop), the
+linter says what it already knows of that stable prefix (its memo:
+``LintService.known_warnings``, the ``x-prefixgate-lint`` header on the answer: a
+hash and a lookup). The real lint runs off the serving loop: the request is put
+on a bounded queue that one worker thread drains (``LintService.check_now``,
+which takes its own locks); when the queue is full the request is not linted
+and ``prefixgate_lint_dropped_total`` counts it. The queue is a deque the worker
+looks at every ``lint.batch_seconds`` (20 ms) while it has work, linting what
+came in the meantime in one go and letting the loop in between two lints
+(backing off to a third of a second while it stays empty): a
 ``queue.Queue`` notified the worker on every put, from the serving loop
 (with ``Preparing``'s event, 7% of the gateway's samples under streaming
 traffic). Linting on the loop, even after the request had left, put its CPU time
@@ -44,7 +46,7 @@ from gateway.lint.service import LintService
 from gateway.lint.structure import TextField, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
-from gateway.request.lifecycle import Silent
+from gateway.request.lifecycle import Silent, after_send
 from gateway.request.preparing import Preparing
 
 log = logging.getLogger("prefixgate.lint")
@@ -55,8 +57,9 @@ QUEUE_REQUESTS = 1024
 IDLE_POLL_SECONDS = 0.5
 """How often a worker waiting for the gateway to be idle looks whether it is closing."""
 
-QUEUE_POLL_SECONDS = 0.02
-"""How often the worker looks for requests to lint when it has just had some."""
+BATCH_SECONDS = 0.02
+"""How often the worker looks for requests to lint when it has just had some, by default
+(``lint.batch_seconds``): what came in the meantime is linted in one go."""
 
 QUEUE_POLL_MAX_SECONDS = 0.32
 """How often at most when it has had none for a while: each empty look doubles the wait up
@@ -69,8 +72,10 @@ _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 class LiveLint(Silent):
     def __init__(self, lint: LintService, metrics: GatewayMetrics, preparing: Preparing,
-                 capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None) -> None:
+                 capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None,
+                 batch_seconds: float = BATCH_SECONDS) -> None:
         self.lint = lint
+        self.batch_seconds = batch_seconds
         self.budget = budget or CpuBudget(0)
         self.metrics = metrics
         self.preparing = preparing
@@ -97,8 +102,11 @@ class LiveLint(Silent):
         return len(self._queue)
 
     def on_decided(self, exchange: Exchange) -> None:
-        if exchange.route.kind != "chat" or exchange.prompt is None:
-            return
+        if exchange.route.kind == "chat" and exchange.prompt is not None:
+            after_send(self.take, exchange)
+
+    def take(self, exchange: Exchange) -> None:
+        """The header's lookup, and the request queued for the worker (on the loop)."""
         model, body, tenant = exchange.model, exchange.as_sent, exchange.tenant
         try:
             fields = prefix_fields(body)  # walked once: the thread lints the same ones
@@ -112,7 +120,8 @@ class LiveLint(Silent):
             self._queue.append((model, body, tenant, fields))
 
     def _run(self) -> None:
-        wait = QUEUE_POLL_SECONDS
+        first = max(self.batch_seconds, 0.001)
+        wait = first
         while True:
             try:
                 model, body, tenant, fields = self._queue.popleft()
@@ -120,9 +129,9 @@ class LiveLint(Silent):
                 if self._closing.is_set():
                     return
                 self._sleep(wait)
-                wait = min(wait * 2, QUEUE_POLL_MAX_SECONDS)
+                wait = min(wait * 2, max(QUEUE_POLL_MAX_SECONDS, first))
                 continue
-            wait = QUEUE_POLL_SECONDS
+            wait = first
             while not self._closing.is_set() and not self.preparing.wait_idle(IDLE_POLL_SECONDS):
                 pass  # requests are being prepared: they come first
             if not self.budget.allows():  # its share of a core is spent (lint.cpu_share)
@@ -135,3 +144,5 @@ class LiveLint(Silent):
                 log.exception("prompt lint failed on a request (it was routed without it)")
             finally:
                 self.budget.charge(time.thread_time() - started)
+            if self._queue:
+                self._sleep(0)  # the interpreter to the loop between lints, if it waits

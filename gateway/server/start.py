@@ -101,10 +101,10 @@ def live_linter(settings: Settings, lint: LintService, metrics: GatewayMetrics,
     """The live prompt linter ``lint.worker`` names; None with ``lint.enabled`` off."""
     if not settings.lint.enabled:
         return None
-    share = settings.lint.cpu_share
+    share, batch = settings.lint.cpu_share, settings.lint.batch_seconds
     if settings.lint.worker == "process":
-        return LintProcess(lint, metrics, cpu_share=share)
-    return LiveLint(lint, metrics, preparing, budget=CpuBudget(share))
+        return LintProcess(lint, metrics, cpu_share=share, send_seconds=batch)
+    return LiveLint(lint, metrics, preparing, budget=CpuBudget(share), batch_seconds=batch)
 
 
 @contextlib.asynccontextmanager

@@ -57,6 +57,13 @@ async def until(what: Callable[[], bool], describe: str, seconds: float = 90) ->
         await asyncio.sleep(0.02)
 
 
+async def decide(live: LintProcess, exchange: Exchange) -> None:
+    """What the lifecycle says once a request is decided, and the loop's next turn: the
+    request has left, and the linter has looked its prefix up (``after_send``)."""
+    live.on_decided(exchange)
+    await asyncio.sleep(0)
+
+
 def findings(service: LintService) -> dict[str, int]:
     return {stat.kind: stat.count for stat in service.top_findings(50)}
 
@@ -84,17 +91,17 @@ async def test_requests_are_linted_in_the_linters_process_and_what_it_found_come
     metrics = counters()
     async with running(service, metrics) as live:
         first = decided(chat(STAMPED))
-        live.on_decided(first)
+        await decide(live, first)
         assert first.lint_warnings is None  # not linted yet: the header says nothing
         await until(lambda: findings(service).get("timestamp") == 1, "the first lint back")
         again, clean = decided(chat(STAMPED, "And my refund?")), decided(chat(POLICY))
-        live.on_decided(again)
-        live.on_decided(clean)
+        await decide(live, again)
+        await decide(live, clean)
         assert again.lint_warnings == 1  # what the child found, known here at once
         assert clean.lint_warnings is None
         await until(lambda: live.queued() == 0, "both linted")
         later = decided(chat(POLICY, "Can I return a helmet?"))
-        live.on_decided(later)
+        await decide(live, later)
         assert later.lint_warnings == 0
         # The learning is the child's: this process's table is empty, the child's is not.
         assert live.pid is not None and live.pid != os.getpid()
@@ -111,7 +118,7 @@ async def test_a_full_queue_drops_and_counts_and_closing_lints_what_was_sent(
     metrics = counters()
     async with running(service, metrics, capacity=2) as live:  # closing lints the two
         for i in range(5):  # no await between them: none has gone when the third comes
-            live.on_decided(decided(chat(STAMPED, f"question {i}")))
+            await decide(live, decided(chat(STAMPED, f"question {i}")))
         assert live.queued() == 2 and count(metrics.lint_dropped) == 3
     assert findings(service) == {"timestamp": 2}
 
@@ -121,7 +128,7 @@ async def test_beyond_its_share_of_a_core_the_linters_process_skips_and_counts(
     metrics = counters()
     async with running(service, metrics, cpu_share=1e-9) as live:  # a few lints, no more
         for i in range(20):
-            live.on_decided(decided(chat(STAMPED, f"question {i}")))
+            await decide(live, decided(chat(STAMPED, f"question {i}")))
     linted = findings(service)["timestamp"]
     assert 1 <= linted <= 3 and linted + count(metrics.lint_dropped) == 20
 
@@ -130,12 +137,12 @@ async def test_a_linter_process_that_dies_is_replaced_and_what_it_held_is_counte
         service: LintService) -> None:
     metrics = counters()
     async with running(service, metrics, restart_seconds=0.05) as live:
-        live.on_decided(decided(chat(STAMPED)))
+        await decide(live, decided(chat(STAMPED)))
         await until(lambda: live.queued() == 0, "the child up and answering")
         first_pid = live.pid
         assert first_pid is not None
         for i in range(3):
-            live.on_decided(decided(chat(STAMPED, f"question {i}")))
+            await decide(live, decided(chat(STAMPED, f"question {i}")))
         os.kill(first_pid, signal.SIGKILL)
         await until(lambda: count(metrics.lint_process_restarts) == 1, "the death noticed")
         # what it answered before dying was read; the rest is counted as not linted
@@ -144,11 +151,11 @@ async def test_a_linter_process_that_dies_is_replaced_and_what_it_held_is_counte
         assert live.pid != first_pid
         linted = findings(service)["timestamp"]
         after = decided(chat(STAMPED, "after the restart"))
-        live.on_decided(after)
+        await decide(live, after)
         assert after.lint_warnings is None  # forgotten with the child that told it
         await until(lambda: findings(service)["timestamp"] == linted + 1, "a lint by the new one")
         again = decided(chat(STAMPED, "and again"))
-        live.on_decided(again)
+        await decide(live, again)
         assert again.lint_warnings == 1
 
 
@@ -157,19 +164,19 @@ async def test_a_linter_process_that_stops_answering_is_replaced(service: LintSe
     side never waits for it."""
     metrics = counters()
     async with running(service, metrics, restart_seconds=0.05) as live:
-        live.on_decided(decided(chat(STAMPED)))
+        await decide(live, decided(chat(STAMPED)))
         await until(lambda: live.queued() == 0, "the child up and answering")
         live.stall_seconds = 1.0  # started (its tokenizer loaded): now a short patience
         stuck = live.pid
         assert stuck is not None
         os.kill(stuck, signal.SIGSTOP)
-        live.on_decided(decided(chat(STAMPED, "never answered")))
+        await decide(live, decided(chat(STAMPED, "never answered")))
         await until(lambda: count(metrics.lint_process_restarts) == 1, "the stuck child ended")
         assert count(metrics.lint_dropped) == 1
         await until(lambda: live.pid is not None and live.pid != stuck, "a new child")
         live.stall_seconds = 30.0  # the new one loads its tokenizer first
         linted = findings(service)["timestamp"]
-        live.on_decided(decided(chat(STAMPED, "to the new one")))
+        await decide(live, decided(chat(STAMPED, "to the new one")))
         await until(lambda: findings(service)["timestamp"] == linted + 1, "a lint by the new one")
 
 
@@ -181,11 +188,11 @@ async def test_the_header_follows_a_prefix_whose_warnings_change(service: LintSe
         seen = []
         for extra in (salted, {}, {}, salted, {}):
             request = decided(chat(POLICY, **extra))
-            live.on_decided(request)
+            await decide(live, request)
             seen.append(request.lint_warnings)
             await until(lambda: live.queued() == 0, "linted")
         last = decided(chat(POLICY))
-        live.on_decided(last)
+        await decide(live, last)
         seen.append(last.lint_warnings)
     assert seen == [None, 1, 0, 0, 1, 0]
 
@@ -243,11 +250,11 @@ async def test_a_drift_found_in_the_linters_process_is_logged_and_counted_here(
     async with running(service) as live:
         with caplog.at_level(logging.WARNING, logger="prefixgate.lint"):
             for i in range(14):
-                live.on_decided(decided(chat(POLICY, f"question {i}")))
+                await decide(live, decided(chat(POLICY, f"question {i}")))
             for i in range(6):
                 stamped = POLICY.replace("Returns are", f"Now: 2026-12-06 07:{10 + i}:0{i}. "
                                          "Returns are", 1)
-                live.on_decided(decided(chat(stamped)))
+                await decide(live, decided(chat(stamped)))
             await until(lambda: service.drift_events() != [], "the drift reported")
     [event] = service.drift_events()
     assert event.path == "messages[0].content" and event.kind == "timestamp"

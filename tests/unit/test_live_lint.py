@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from types import SimpleNamespace
 from typing import Any
@@ -65,6 +66,29 @@ def test_the_linter_works_in_its_own_thread_and_drops_when_its_queue_is_full() -
     later = exchange("t9")
     live.on_decided(later)       # what the last lint found, for the header
     assert later.lint_warnings == 2
+
+
+async def test_the_linter_looks_a_request_up_only_once_it_has_left() -> None:
+    """On the serving loop the linter's part (its prefix walked, the header's lookup)
+    waits for the loop's next turn: the request's task writes it to its replica first,
+    and its answer, which carries the header, cannot be read before that turn."""
+    done: list[str] = []
+
+    class Recording(SlowLint):
+        def known_warnings(self, model: str, body: Any, tenant: str | None,
+                           fields: Any = None) -> int | None:
+            done.append("looked up")
+            return 1
+
+    dropped = Counter("dropped", "", registry=CollectorRegistry())
+    live = LiveLint(Recording(), SimpleNamespace(lint_dropped=dropped), Preparing())  # type: ignore[arg-type]
+    request = exchange("t")
+    live.on_decided(request)
+    done.append("sent")          # what the request's task does next, before it waits
+    assert request.lint_warnings is None and live.queued() == 0
+    await asyncio.sleep(0)       # it waits for the answer: the loop turns
+    assert done == ["sent", "looked up"]
+    assert request.lint_warnings == 1 and live.queued() == 1
 
 
 def test_beyond_its_share_of_a_core_requests_go_unlinted_and_counted() -> None:
@@ -148,7 +172,7 @@ def test_an_idle_linter_looks_at_its_queue_less_and_less_often() -> None:
 
     live._sleep = sleep
     live._run()
-    first, most = live_lint.QUEUE_POLL_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
+    first, most = live_lint.BATCH_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
     assert waits[:8] == [first, 2 * first, 4 * first, 8 * first, most, most, most, most]
     assert waits[8] == first                   # it had work: it looks often again
     assert lint.checked == [("m", "t")]
