@@ -316,11 +316,6 @@ class LintSettings(Strict):
     system prompt each request costs it milliseconds (a document in the prompt); beyond
     its share, requests go unlinted, counted in ``prefixgate_lint_dropped_total``. 0: no
     limit."""
-    batch_seconds: float = Field(0.02, ge=0, le=5)
-    """How long a routed request may wait to be linted with the ones after it: the live
-    linter takes what came in this time in one go (its code and data warm, one wake-up of
-    its thread or process for all of them). A new prefix's ``x-prefixgate-lint`` header
-    and findings come this much later."""
     worker: Literal["thread", "process"] = "thread"
     """Where live requests are linted: ``thread`` (the default), a thread of the serving
     process that lints only while no request is being prepared; ``process``, a process

@@ -10,8 +10,8 @@ hash and a lookup). The real lint runs off the serving loop: the request is put
 on a bounded queue that one worker thread drains (``LintService.check_now``,
 which takes its own locks); when the queue is full the request is not linted
 and ``prefixgate_lint_dropped_total`` counts it. The queue is a deque the worker
-looks at every ``lint.batch_seconds`` (20 ms) while it has work, linting what
-came in the meantime in one go and letting the loop in between two lints
+looks at every 20 ms while it has work, linting what came in the meantime in
+one go and letting the loop in between two lints
 (backing off to a third of a second while it stays empty): a
 ``queue.Queue`` notified the worker on every put, from the serving loop
 (with ``Preparing``'s event, 7% of the gateway's samples under streaming
@@ -57,9 +57,9 @@ QUEUE_REQUESTS = 1024
 IDLE_POLL_SECONDS = 0.5
 """How often a worker waiting for the gateway to be idle looks whether it is closing."""
 
-BATCH_SECONDS = 0.02
-"""How often the worker looks for requests to lint when it has just had some, by default
-(``lint.batch_seconds``): what came in the meantime is linted in one go."""
+QUEUE_POLL_SECONDS = 0.02
+"""How often the worker looks for requests to lint when it has just had some: what came in
+the meantime is linted in one go."""
 
 QUEUE_POLL_MAX_SECONDS = 0.32
 """How often at most when it has had none for a while: each empty look doubles the wait up
@@ -72,10 +72,8 @@ _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 class LiveLint(Silent):
     def __init__(self, lint: LintService, metrics: GatewayMetrics, preparing: Preparing,
-                 capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None,
-                 batch_seconds: float = BATCH_SECONDS) -> None:
+                 capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None) -> None:
         self.lint = lint
-        self.batch_seconds = batch_seconds
         self.budget = budget or CpuBudget(0)
         self.metrics = metrics
         self.preparing = preparing
@@ -120,8 +118,7 @@ class LiveLint(Silent):
             self._queue.append((model, body, tenant, fields))
 
     def _run(self) -> None:
-        first = max(self.batch_seconds, 0.001)
-        wait = first
+        wait = QUEUE_POLL_SECONDS
         while True:
             try:
                 model, body, tenant, fields = self._queue.popleft()
@@ -129,9 +126,9 @@ class LiveLint(Silent):
                 if self._closing.is_set():
                     return
                 self._sleep(wait)
-                wait = min(wait * 2, max(QUEUE_POLL_MAX_SECONDS, first))
+                wait = min(wait * 2, QUEUE_POLL_MAX_SECONDS)
                 continue
-            wait = first
+            wait = QUEUE_POLL_SECONDS
             while not self._closing.is_set() and not self.preparing.wait_idle(IDLE_POLL_SECONDS):
                 pass  # requests are being prepared: they come first
             if not self.budget.allows():  # its share of a core is spent (lint.cpu_share)

@@ -101,10 +101,10 @@ def live_linter(settings: Settings, lint: LintService, metrics: GatewayMetrics,
     """The live prompt linter ``lint.worker`` names; None with ``lint.enabled`` off."""
     if not settings.lint.enabled:
         return None
-    share, batch = settings.lint.cpu_share, settings.lint.batch_seconds
+    share = settings.lint.cpu_share
     if settings.lint.worker == "process":
-        return LintProcess(lint, metrics, cpu_share=share, send_seconds=batch)
-    return LiveLint(lint, metrics, preparing, budget=CpuBudget(share), batch_seconds=batch)
+        return LintProcess(lint, metrics, cpu_share=share)
+    return LiveLint(lint, metrics, preparing, budget=CpuBudget(share))
 
 
 @contextlib.asynccontextmanager

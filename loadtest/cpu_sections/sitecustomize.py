@@ -39,7 +39,9 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("first byte", "gateway.request.proxy", "Proxy._answer"),
     ("record", "gateway.request.recorder", "Recorder.on_complete"),
     ("lint, on the loop", "gateway.server.live_lint", "LiveLint.on_decided"),
+    ("lint, on the loop", "gateway.server.live_lint", "LiveLint.take"),
     ("lint, on the loop", "gateway.server.lint_process", "LintProcess.on_decided"),
+    ("lint, on the loop", "gateway.server.lint_process", "LintProcess.take"),
     ("lint, on the loop", "gateway.server.lint_process", "LintProcess._readable"),
     # off the loop: the serving process's thread (lint.worker: thread), or the linter's
     # own process (its file is read with the others of the tree)

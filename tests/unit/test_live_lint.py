@@ -172,7 +172,7 @@ def test_an_idle_linter_looks_at_its_queue_less_and_less_often() -> None:
 
     live._sleep = sleep
     live._run()
-    first, most = live_lint.BATCH_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
+    first, most = live_lint.QUEUE_POLL_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
     assert waits[:8] == [first, 2 * first, 4 * first, 8 * first, most, most, most, most]
     assert waits[8] == first                   # it had work: it looks often again
     assert lint.checked == [("m", "t")]
