@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -108,6 +108,9 @@ class Exchange:
     decision: Decision | None = None
     lint_warnings: int | None = None
     """Warnings in this stable prefix when the linter has seen it before (its memo)."""
+    before_answer: list[Callable[[], None]] = field(default_factory=list)
+    """Work an observer put off until the request had left (``lifecycle.after_send``),
+    done at the latest as the answer's headers are made (``response_headers``)."""
     outcome: Outcome = field(default_factory=Outcome)
     completed: bool = False
     """Its lifecycle said ``complete``: its observers (the recorder among them) have it."""
@@ -221,6 +224,8 @@ class Exchange:
 
     def response_headers(self, replica_id: str) -> dict[str, str]:
         """The gateway's own headers on the answer from ``replica_id``."""
+        while self.before_answer:
+            self.before_answer.pop(0)()
         headers = {"x-prefixgate-replica": replica_id, "x-request-id": self.request_id,
                    "x-prefixgate-matched-tokens": str(self.predicted_cached(replica_id))}
         if self.decision is not None:

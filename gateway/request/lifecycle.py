@@ -119,12 +119,19 @@ def after_send(take: Callable[[Exchange], None], exchange: Exchange) -> None:
     """For an observer's ``on_decided`` whose work can wait for the request to leave:
     ``take(exchange)`` on the serving loop's next turn, which the request's own task
     reaches only after writing the request (a pooled connection's write does not wait;
-    a new connection's does, and the work then goes first) and before any answer can be
-    read. Response headers it sets on the exchange go with the answer, whose first byte
-    comes on a later turn. Without a running loop (a test, a script), at once."""
+    a new connection's does, and the work then goes first), or when the answer's
+    headers are made if that comes first (a replica that answers without the loop
+    turning: in-process, a test's transport), so headers it sets go with the answer.
+    Done once. Without a running loop (a test, a script), at once."""
+    def run() -> None:
+        if pending:
+            pending.pop()(exchange)
+
+    pending = [take]
+    exchange.before_answer.append(run)
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        take(exchange)
+        run()
         return
-    loop.call_soon(take, exchange)
+    loop.call_soon(run)

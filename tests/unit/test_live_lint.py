@@ -91,6 +91,20 @@ async def test_the_linter_looks_a_request_up_only_once_it_has_left() -> None:
     assert request.lint_warnings == 1 and live.queued() == 1
 
 
+async def test_an_answer_that_comes_before_the_loop_turns_still_carries_the_header() -> None:
+    """A replica that answers without the loop turning (in-process, a test's transport):
+    the lookup is done as the answer's headers are made, and only once."""
+    lint = SlowLint()
+    lint.checked.append(("m", "before"))  # known: its lookup says 2
+    dropped = Counter("dropped", "", registry=CollectorRegistry())
+    live = LiveLint(lint, SimpleNamespace(lint_dropped=dropped), Preparing())  # type: ignore[arg-type]
+    request = exchange("t")
+    live.on_decided(request)
+    assert request.response_headers("r0")["x-prefixgate-lint"] == "2"
+    await asyncio.sleep(0)       # the turn it was put off to: nothing done twice
+    assert live.queued() == 1
+
+
 def test_beyond_its_share_of_a_core_requests_go_unlinted_and_counted() -> None:
     lint = SlowLint()
     lint.go.set()
