@@ -64,7 +64,7 @@ def requests(count: int, seed: int = 1) -> tuple[list[dict[str, Any]], list[dict
                                  {"role": "user", "content": c.turns[0].user}]}
             bodies.append(body)
             firsts.setdefault(c.system, body)
-    rest = [body for body in bodies if all(body is not first for first in firsts.values())]
+    rest = [body for body in bodies if firsts[body["messages"][0]["content"]] is not body]
     return list(firsts.values()), rest[:count]
 
 
@@ -105,8 +105,8 @@ def measure(trials: int, gaps_ms: Sequence[float],
     seen: dict[float, dict[str, list[float]]] = {
         gap: {"first": [], "next": [], "arithmetic": []} for gap in gaps_ms}
     for trial in range(trials):
-        # the gaps in blocks of BLOCK trials, the blocks in turn: a trial's gap is also
-        # what came before the one before it, and the first of a block is not counted
+        # the gaps in blocks of BLOCK trials, the blocks in turn; the first trial of a
+        # block (after another block's gap) is not counted
         block, place = divmod(trial, BLOCK)
         gap = gaps_ms[block % len(gaps_ms)]
         sleep(gap / 1000)

@@ -222,10 +222,14 @@ class Exchange:
             return "none"
         return self.decision.reason if replica_id == self.decision.replica_id else "failover"
 
-    def response_headers(self, replica_id: str) -> dict[str, str]:
-        """The gateway's own headers on the answer from ``replica_id``."""
+    def settle(self) -> None:
+        """Do the work observers put off (``before_answer``) that is not done yet."""
         while self.before_answer:
             self.before_answer.pop(0)()
+
+    def response_headers(self, replica_id: str) -> dict[str, str]:
+        """The gateway's own headers on the answer from ``replica_id``."""
+        self.settle()
         headers = {"x-prefixgate-replica": replica_id, "x-request-id": self.request_id,
                    "x-prefixgate-matched-tokens": str(self.predicted_cached(replica_id))}
         if self.decision is not None:

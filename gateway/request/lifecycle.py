@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
@@ -122,16 +123,11 @@ def after_send(take: Callable[[Exchange], None], exchange: Exchange) -> None:
     a new connection's does, and the work then goes first), or when the answer's
     headers are made if that comes first (a replica that answers without the loop
     turning: in-process, a test's transport), so headers it sets go with the answer.
-    Done once. Without a running loop (a test, a script), at once."""
-    def run() -> None:
-        if pending:
-            pending.pop()(exchange)
-
-    pending = [take]
-    exchange.before_answer.append(run)
+    Done once (``Exchange.settle``). Without a running loop (a test, a script), at once."""
+    exchange.before_answer.append(functools.partial(take, exchange))
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        run()
+        exchange.settle()
         return
-    loop.call_soon(run)
+    loop.call_soon(exchange.settle)
