@@ -154,8 +154,14 @@ def test_bursts_spread_predict_what_the_replicas_serve_and_eject_nobody(
 
 def test_conversations_that_share_a_system_prompt_spread() -> None:
     """12 users start at once behind one system prompt; each goes on with its own history.
-    (Replicas at the simulator's real-time pace, 10k prefill tokens a second: the 12 first
-    turns reach the gateway within one prefill of the system prompt.)"""
+
+    Each first turn brings a document of its own (~1,500 tokens), later turns a short
+    question. "At once" is what the router can tell apart: a first turn arriving while the
+    system prompt is being prefilled on a replica is better off there once that replica has
+    drained more of its queue than the turn's own uncached part (its own prefill, ~0.15 s
+    at 10k tokens/s, the replicas' real-time pace), so that part sets how far apart the 12
+    may reach the gateway (12 sent 30 ms apart still spread over all 4; with 100-token
+    first turns, 15 ms apart left one replica out, as the cost model should)."""
     with running_sims([sim_args(i, "--time-scale", "1") for i in range(4)]) as sims:
         served, homes = _conversations(sims)
     counts = [served.get(f"s{i}", 0) for i in range(len(sims))]
@@ -178,7 +184,7 @@ def _conversations(sims: list[SimProcess]) -> tuple[Counter[str], dict[int, set[
 
     async def conversation(client: openai.AsyncOpenAI, user: int) -> None:
         for turn in range(3):
-            histories[user].append({"role": "user", "content": text(f"u{user}-{turn}", 60)})
+            histories[user].append({"role": "user", "content": text(f"u{user}-{turn}", 60 if turn else 900)})
             raw = await client.chat.completions.with_raw_response.create(
                 model=MODEL, messages=histories[user], max_tokens=16)
             replica = raw.headers["x-prefixgate-replica"]
