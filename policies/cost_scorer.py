@@ -93,7 +93,8 @@ estimated TTFT in seconds.
 Options (``policy_options`` of ``prefix`` / ``precise`` with ``scorer: cost``):
 
 * ``prefill_seconds_per_token`` (default 0.0001): prefill time per uncached
-  token, i.e. 10k tokens/s.
+  token, i.e. 10k tokens/s. The gateway's pool drains each replica's queue of
+  unconfirmed prefill at this speed too (:func:`drain_seconds_per_token`).
 * ``running_request_seconds`` (default 0.002): TTFT added per running
   request. A running request slows each engine step by about one decode slot
   (a few milliseconds at most on a GPU, 0.2 ms in the simulator's default
@@ -128,7 +129,10 @@ Options (``policy_options`` of ``prefix`` / ``precise`` with ``scorer: cost``):
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from policies.scoring import Candidates, prompt_token_count
 from policies.types import Decision, ReplicaView, RouteRequest
@@ -165,6 +169,23 @@ class CostConfig:
         output = min(request.output_tokens or self.expected_output_tokens,
                      self.max_expected_output_tokens)
         return self.running_request_seconds + output * self.decode_seconds_per_sequence
+
+
+def drain_seconds_per_token(policy_options: Mapping[str, Any], default: float) -> float:
+    """The speed the gateway assumes a replica gets through the prefill it was sent and has
+    not confirmed (``engine.pool.prefill``): the cost model's ``prefill_seconds_per_token``
+    where the policy's options set it above 0, else ``default``. The queue a request is
+    priced behind then drains at the speed it is priced at: with 10k tokens/s assumed for
+    a replica configured at 2k, a burst arriving over a slow prefill saw that prefill done
+    five times too soon and joined it; at 50k, a replica that had long finished still
+    looked busy and the burst spread for nothing. A value the policy would reject gives
+    ``default`` here: the policy fails the start with the reason."""
+    value = policy_options.get("prefill_seconds_per_token")
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return default
+    return seconds if seconds > 0 and math.isfinite(seconds) else default
 
 
 def estimated_ttft(replica: ReplicaView, matched_blocks: int, request: RouteRequest,

@@ -60,7 +60,9 @@ DRAIN_POLL = 0.05
 """Seconds between two looks at a leaving replica's in-flight count."""
 PREFILL_SECONDS_PER_TOKEN = 0.0001
 """The prefill speed a replica's queue of unconfirmed prefill is assumed to drain at
-between two first tokens (10k tokens/s; ``engine.pool.prefill``)."""
+between two first tokens (10k tokens/s; ``engine.pool.prefill``), unless the pool is
+given another: the gateway gives it the cost model's ``prefill_seconds_per_token``, so
+the queue a request is priced behind drains at the speed it is priced at."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,8 @@ class Replica:
             return "replica"
         return "plan" if self.spec.planned_blocks else None
 
-    def view(self, default_block_size: int, now: float) -> ReplicaView:
+    def view(self, default_block_size: int, now: float,
+             seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaView:
         # The engine's counts as best known now: other clients' requests as of the last
         # scrape (the engine's counts then, less what the gateway had in flight there),
         # plus the gateway's own now. The raw scrape lags by up to a probe interval: a
@@ -142,7 +145,7 @@ class Replica:
         foreign = max(0, m.running + m.waiting - self.inflight_at_scrape)
         foreign_waiting = min(m.waiting, foreign)
         pending = self.prefill.requests
-        left, prefilled = self.prefill.progress(now, PREFILL_SECONDS_PER_TOKEN)
+        left, prefilled = self.prefill.progress(now, seconds_per_token)
         return ReplicaView(
             id=self.spec.id,
             healthy=self.breaker.admits(now),
@@ -188,6 +191,7 @@ class ReplicaPool:
         clock: Callable[[], float] = time.monotonic,
         cooldown: float = COOLDOWN,
         slow: SlowSettings | None = None,
+        prefill_seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN,
     ) -> None:
         ids = [spec.id for spec, _ in replicas]
         if len(set(ids)) != len(ids):
@@ -202,6 +206,10 @@ class ReplicaPool:
         self.health_interval = health_interval
         self.models_every = max(1, models_every)
         self.default_block_size = default_block_size
+        if prefill_seconds_per_token <= 0:
+            raise ValueError("prefill_seconds_per_token must be positive")
+        self.prefill_seconds_per_token = prefill_seconds_per_token
+        """The speed unconfirmed prefill is assumed to drain at (``PREFILL_SECONDS_PER_TOKEN``)."""
         self._listeners: list[HealthListener] = []
         self.on_inflight: Callable[[], None] | None = None
         """Called as a lease starts or ends (the pool's own in-flight count changed):
@@ -241,7 +249,8 @@ class ReplicaPool:
         """Every replica (serving ``model``); ``healthy`` there means "may be routed to
         now": a closed breaker, or a half-open one whose trial is not taken."""
         now = self._clock()
-        return [r.view(self.default_block_size, now) for r in self._replicas.values()
+        speed = self.prefill_seconds_per_token
+        return [r.view(self.default_block_size, now, speed) for r in self._replicas.values()
                 if model is None or model in r.models]
 
     def serving(self, model: str) -> list[Replica]:
@@ -310,7 +319,7 @@ class ReplicaPool:
         replica.inflight += 1
         if self.on_inflight is not None:
             self.on_inflight()
-        ticket, ahead = replica.prefill.add(prefill_tokens, now, PREFILL_SECONDS_PER_TOKEN)
+        ticket, ahead = replica.prefill.add(prefill_tokens, now, self.prefill_seconds_per_token)
         lease = Lease(replica, prefill_tokens, ahead + prefill_tokens,
                       trial=replica.breaker.attempt(now), ticket=ticket, sent_at=now)
         try:
@@ -325,8 +334,8 @@ class ReplicaPool:
     def _settle(self, lease: Lease, confirmed: bool = False) -> None:
         if not lease.prefilled:
             lease.prefilled = True
-            lease.replica.prefill.settle(lease.ticket, self._clock(), PREFILL_SECONDS_PER_TOKEN,
-                                         confirmed)
+            lease.replica.prefill.settle(lease.ticket, self._clock(),
+                                         self.prefill_seconds_per_token, confirmed)
 
     def remote_sent(self, replica_id: str, prefill_tokens: int) -> int | None:
         """Another worker of this gateway sent a request with ``prefill_tokens`` to
@@ -337,14 +346,14 @@ class ReplicaPool:
         if replica is None:
             return None
         ticket, _ = replica.prefill.add(prefill_tokens, self._clock(),
-                                        PREFILL_SECONDS_PER_TOKEN)
+                                        self.prefill_seconds_per_token)
         return ticket
 
     def remote_settled(self, replica_id: str, ticket: int, confirmed: bool) -> None:
         """That request's first byte came (``confirmed``), or it left without one."""
         replica = self._replicas.get(replica_id)
         if replica is not None:
-            replica.prefill.settle(ticket, self._clock(), PREFILL_SECONDS_PER_TOKEN,
+            replica.prefill.settle(ticket, self._clock(), self.prefill_seconds_per_token,
                                    confirmed)
 
     def set_remote_inflight(self, counts: Mapping[str, int]) -> None:
@@ -401,8 +410,8 @@ class ReplicaPool:
         """(requests, prompt tokens) the gateway sent to the replica whose prefill it
         has not confirmed yet: the queue a new request joins (estimated as it drains)."""
         replica = self._replicas[replica_id]
-        return replica.prefill.requests, replica.prefill.tokens(self._clock(),
-                                                                PREFILL_SECONDS_PER_TOKEN)
+        return replica.prefill.requests, replica.prefill.tokens(
+            self._clock(), self.prefill_seconds_per_token)
 
     def working_through_a_queue(self, replica_id: str, within: float) -> bool:
         """Whether a request still waiting for its first token on the replica is queued

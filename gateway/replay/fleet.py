@@ -72,6 +72,7 @@ from gateway.replay.recorded_routing import RecordedRouting
 from gateway.replay.scrape import Reading, parse_reading
 from gateway.replay.workload import ReplayItem, Workload
 from policies.base import Policy
+from policies.cost_scorer import drain_seconds_per_token
 from policies.events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch, KVEvent
 from policies.registry import default_registry
 from policies.simulate import ManualClock
@@ -204,11 +205,11 @@ class _Replica:
         self.busy_s = 0.0
         self.running_s = 0.0
 
-    def view(self, now: float) -> ReplicaView:
+    def view(self, now: float, seconds_per_token: float) -> ReplicaView:
         if now - self._scraped_at >= self.spec.scrape_interval_s:
             self.kv_seen, self._scraped_at = self.engine.cache.usage, now
         pending = self.prefill.requests
-        left, prefilled = self.prefill.progress(now, PREFILL_SECONDS_PER_TOKEN)
+        left, prefilled = self.prefill.progress(now, seconds_per_token)
         return ReplicaView(
             id=self.id, inflight=self.inflight, running=max(0, self.inflight - pending),
             waiting=min(pending, self.inflight), kv_usage=self.kv_seen,
@@ -300,6 +301,8 @@ class _Fleet:
         else:
             self.policy = default_registry(clock=self.clock).create(spec.policy,
                                                                     spec.policy_options)
+        self.drain = drain_seconds_per_token(spec.policy_options, PREFILL_SECONDS_PER_TOKEN)
+        """The speed unconfirmed prefill drains at, as the live gateway's pool assumes."""
         consumer = self.policy.event_consumer()
         self.consumer = consumer
         self.heap: list[tuple[float, int, int, Any]] = []
@@ -359,13 +362,12 @@ class _Fleet:
             prompt_tokens=item.input_length, block_size=block,
             session_key=str(item.session) if item.session is not None else None,
             request_id=str(item.index))
-        decision = self.policy.pick(route, [r.view(now) for r in self.replicas])
+        decision = self.policy.pick(route, [r.view(now, self.drain) for r in self.replicas])
         self.policy.sent(route, decision.replica_id)
         self.reasons[decision.reason] += 1
         replica = self.by_id[decision.replica_id]
         held = decision.matched_blocks.get(replica.id, 0) * block
-        ticket, _ = replica.prefill.add(max(0, item.input_length - held), now,
-                                        PREFILL_SECONDS_PER_TOKEN)
+        ticket, _ = replica.prefill.add(max(0, item.input_length - held), now, self.drain)
         flight = _Flight(self, item, route, replica, ticket)
         tokens = workload.prompt(item)
         request = EngineRequest(str(item.index), 0, tokens, _FixedOutput(item.output_length),
@@ -398,7 +400,7 @@ class _Fleet:
         flight.replica.inflight -= 1
 
     def _prefilled(self, flight: _Flight, now: float) -> None:
-        flight.replica.prefill.settle(flight.ticket, now, PREFILL_SECONDS_PER_TOKEN, True)
+        flight.replica.prefill.settle(flight.ticket, now, self.drain, True)
         self.policy.prefilled(flight.route_request, flight.replica.id)
 
     def start_step(self, replica: _Replica, now: float) -> None:

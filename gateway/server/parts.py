@@ -18,7 +18,7 @@ import httpx
 
 from engine.backends.base import Backend
 from engine.backends.inprocess import InProcessEngine
-from engine.pool.replicas import ReplicaPool, ReplicaSpec
+from engine.pool.replicas import PREFILL_SECONDS_PER_TOKEN, ReplicaPool, ReplicaSpec
 from gateway.auth.keys import KeyStore
 from gateway.config import Settings
 from gateway.fleet.metrics import fleet_collectors
@@ -41,6 +41,7 @@ from gateway.request.recorder import Recorder
 from gateway.request.response_homes import ResponseHomes
 from gateway.trace.setup import Trace
 from policies.base import Policy
+from policies.cost_scorer import drain_seconds_per_token
 from policies.registry import default_registry
 
 log = logging.getLogger("prefixgate")
@@ -87,7 +88,9 @@ def build_pool(settings: Settings, transport: TransportFactory) -> ReplicaPool:
                        fail_threshold=settings.fail_threshold,
                        default_block_size=settings.default_block_size,
                        cooldown=settings.breaker.cooldown,
-                       slow=settings.breaker.slow.engine())
+                       slow=settings.breaker.slow.engine(),
+                       prefill_seconds_per_token=drain_seconds_per_token(
+                           settings.policy_options, PREFILL_SECONDS_PER_TOKEN))
 
 
 def build_hashers(settings: Settings) -> HasherSet:

@@ -208,6 +208,45 @@ def _conversations(sims: list[SimProcess]) -> tuple[Counter[str], dict[int, set[
     return served, homes
 
 
+def test_first_turns_arriving_over_a_slow_prefill_spread_at_the_configured_speed() -> None:
+    """Replicas that prefill 2k tokens a second (a large model, long prompts), declared as
+    such in the cost model's ``prefill_seconds_per_token``; 12 first turns behind one system
+    prompt, each with ~1,000 tokens of its own, reach the gateway 80 ms apart, all within
+    the first one's prefill (about a second). A turn queued behind another's prefill waits
+    for it, so each is better off on a replica with less queued. The queue the gateway
+    prices each replica by must drain at the declared speed: drained at the default 10k
+    tokens a second, the first replica looked free after a fifth of its prefill and the
+    turns went to 2 replicas, 6 each."""
+    slow = ["--time-scale", "1", "--prefill-per-token", "0.0005"]
+    with running_sims([sim_args(i, *slow) for i in range(4)]) as sims:
+        settings = gateway_settings(sims, policy="prefix",
+                                    policy_options={"prefill_seconds_per_token": 0.0005})
+        gw = GatewayProcess(settings).start()
+        system = text("slow-system", 600)
+
+        async def first_turn(client: openai.AsyncOpenAI, user: int) -> str:
+            await asyncio.sleep(0.08 * user)
+            raw = await client.chat.completions.with_raw_response.create(
+                model=MODEL, max_tokens=16, messages=[
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": text(f"slow-u{user}", 600)}])
+            return raw.headers["x-prefixgate-replica"]
+
+        async def everyone() -> list[str]:
+            client = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0)
+            try:
+                return list(await asyncio.gather(*(first_turn(client, u) for u in range(12))))
+            finally:
+                await client.close()
+
+        try:
+            replicas = asyncio.run(everyone())
+        finally:
+            gw.stop()
+    counts = [Counter(replicas).get(f"s{i}", 0) for i in range(len(sims))]
+    assert min(counts) >= 2 and max(counts) <= 4, counts
+
+
 def test_a_degraded_replica_leaves_and_the_healthy_ones_stay() -> None:
     """One replica ten times slower per token is ejected; bursts eject nobody else."""
     normal = ["--time-scale", "1", "--num-blocks", "4096"]
