@@ -42,18 +42,18 @@ class Clock:
         return self.now
 
 
-def pool_at(clock: Clock, **speed: float) -> ReplicaPool:
+def pool_at(clock: Clock, speed: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaPool:
     replica = FakeReplica("r0")
     backend = HttpxBackend("r0", "http://r0", Timeouts(), transport=replica.transport())
     return ReplicaPool([(ReplicaSpec(id="r0", url="http://r0", model=replica.model), backend)],
-                       clock=clock, **speed)
+                       clock=clock, prefill_seconds_per_token=speed)
 
 
 def test_a_pool_drains_unconfirmed_prefill_at_its_speed() -> None:
     """1,000 tokens sent and not confirmed: after 0.25 s a 2k-tokens/s replica has 500
     left; at the default 10k tokens/s they were gone after 0.1 s."""
     clock = Clock()
-    slow, default = pool_at(clock, prefill_seconds_per_token=0.0005), pool_at(clock)
+    slow, default = pool_at(clock, 0.0005), pool_at(clock)
     with slow.lease("r0", 1000), default.lease("r0", 1000):
         clock.now += 0.25
         [slow_view], [default_view] = slow.snapshot(), default.snapshot()
@@ -61,7 +61,7 @@ def test_a_pool_drains_unconfirmed_prefill_at_its_speed() -> None:
         assert slow.pending_prefill("r0") == (1, 500)
         assert default_view.pending_prefill_tokens == 0
     with pytest.raises(ValueError, match="positive"):
-        pool_at(clock, prefill_seconds_per_token=0.0)
+        pool_at(clock, 0.0)
 
 
 def test_the_gateway_gives_its_pool_the_cost_models_speed() -> None:
