@@ -169,12 +169,15 @@ class OpsView:
 
 
 def _pending(pool: ReplicaPool, replica: Replica) -> dict[str, Any]:
-    """The gateway's requests there not yet prefilled, their prefill left, and the
-    replica's prefill speed as its times to first token say (``engine.pool.slow``)."""
+    """The gateway's requests there not yet prefilled, their prefill left, the replica's
+    prefill speed as its times to first token say (``engine.pool.slow``), and the speed
+    that prefill is assumed to drain at (the cost model's ``prefill_seconds_per_token``):
+    far apart, the option is worth setting nearer the measured one."""
     requests, tokens = pool.pending_prefill(replica.id)
     speed = replica.measured_seconds_per_token
     return {"pending_requests": requests, "pending_prefill_tokens": tokens,
-            "prefill_tokens_per_s": _round(1.0 / speed, 0) if speed else None}
+            "prefill_tokens_per_s": _round(1.0 / speed, 0) if speed else None,
+            "assumed_prefill_tokens_per_s": _round(1.0 / pool.prefill_seconds_per_token, 0)}
 
 
 def _rates(totals: Totals, suffix: str) -> dict[str, Any]:

@@ -66,6 +66,17 @@ async def test_admin_replicas_describes_every_replica() -> None:
     assert data["lint_findings"] == [] and data["drift_events"] == []
 
 
+async def test_the_prefill_speed_the_queue_drains_at_is_shown() -> None:
+    """An operator compares it with the measured one (``prefill_tokens_per_s``)."""
+    async with gateway([FakeReplica("a")], policy="prefix") as client:
+        [plain] = (await client.get("/admin/replicas")).json()["replicas"]
+    async with gateway([FakeReplica("a")], policy="prefix",
+                       policy_options={"prefill_seconds_per_token": 0.0005}) as client:
+        [declared] = (await client.get("/admin/replicas")).json()["replicas"]
+    assert plain["assumed_prefill_tokens_per_s"] == 10000
+    assert declared["assumed_prefill_tokens_per_s"] == 2000
+
+
 async def test_a_down_replica_is_reported_with_its_error() -> None:
     a, b = FakeReplica("a"), FakeReplica("b", up=False)
     async with gateway([a, b], policy="least_load") as client:
