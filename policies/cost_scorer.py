@@ -171,15 +171,17 @@ class CostConfig:
         return self.running_request_seconds + output * self.decode_seconds_per_sequence
 
 
-def drain_seconds_per_token(policy_options: Mapping[str, Any], default: float) -> float:
+def drain_seconds_per_token(policy_options: Mapping[str, Any]) -> float:
     """The speed the gateway assumes a replica gets through the prefill it was sent and has
-    not confirmed (``engine.pool.prefill``): the cost model's ``prefill_seconds_per_token``
-    where the policy's options set it above 0, else ``default``. The queue a request is
-    priced behind then drains at the speed it is priced at: with 10k tokens/s assumed for
-    a replica configured at 2k, a burst arriving over a slow prefill saw that prefill done
-    five times too soon and joined it; at 50k, a replica that had long finished still
-    looked busy and the burst spread for nothing. A value the policy would reject gives
-    ``default`` here: the policy fails the start with the reason."""
+    not confirmed (``engine.pool.prefill``): the speed the cost model prices prefill at,
+    ``prefill_seconds_per_token`` where the policy's options set it above 0, else its
+    default. The queue a request is priced behind then drains at the speed it is priced
+    at: with 10k tokens/s assumed for a replica configured at 2k, a burst arriving over a
+    slow prefill saw that prefill done five times too soon and joined it; at 50k, a
+    replica that had long finished still looked busy and the burst spread for nothing. A
+    value the policy would reject gives the default here: the policy fails the start with
+    the reason."""
+    default = CostConfig.prefill_seconds_per_token
     value = policy_options.get("prefill_seconds_per_token")
     try:
         seconds = float(value) if value is not None else 0.0

@@ -134,8 +134,8 @@ class Replica:
             return "replica"
         return "plan" if self.spec.planned_blocks else None
 
-    def view(self, default_block_size: int, now: float,
-             seconds_per_token: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaView:
+    def view(self, default_block_size: int, now: float, seconds_per_token: float
+             ) -> ReplicaView:
         # The engine's counts as best known now: other clients' requests as of the last
         # scrape (the engine's counts then, less what the gateway had in flight there),
         # plus the gateway's own now. The raw scrape lags by up to a probe interval: a

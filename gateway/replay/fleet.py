@@ -58,7 +58,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.pool.prefill import PrefillQueue
-from engine.pool.replicas import PREFILL_SECONDS_PER_TOKEN
 from engine.sim.cache import PrefixCache
 from engine.sim.config import SimConfig
 from engine.sim.events import CacheEvent, ClearedAll, RemovedBlocks, StoredBlocks
@@ -301,7 +300,7 @@ class _Fleet:
         else:
             self.policy = default_registry(clock=self.clock).create(spec.policy,
                                                                     spec.policy_options)
-        self.drain = drain_seconds_per_token(spec.policy_options, PREFILL_SECONDS_PER_TOKEN)
+        self.drain = drain_seconds_per_token(spec.policy_options)
         """The speed unconfirmed prefill drains at, as the live gateway's pool assumes."""
         consumer = self.policy.event_consumer()
         self.consumer = consumer

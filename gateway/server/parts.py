@@ -18,7 +18,7 @@ import httpx
 
 from engine.backends.base import Backend
 from engine.backends.inprocess import InProcessEngine
-from engine.pool.replicas import PREFILL_SECONDS_PER_TOKEN, ReplicaPool, ReplicaSpec
+from engine.pool.replicas import ReplicaPool, ReplicaSpec
 from gateway.auth.keys import KeyStore
 from gateway.config import Settings
 from gateway.fleet.metrics import fleet_collectors
@@ -89,8 +89,7 @@ def build_pool(settings: Settings, transport: TransportFactory) -> ReplicaPool:
                        default_block_size=settings.default_block_size,
                        cooldown=settings.breaker.cooldown,
                        slow=settings.breaker.slow.engine(),
-                       prefill_seconds_per_token=drain_seconds_per_token(
-                           settings.policy_options, PREFILL_SECONDS_PER_TOKEN))
+                       prefill_seconds_per_token=drain_seconds_per_token(settings.policy_options))
 
 
 def build_hashers(settings: Settings) -> HasherSet:

@@ -17,32 +17,28 @@ from gateway.replay.fleet import FleetSpec, replay
 from gateway.replay.workload import build_workload
 from gateway.server.parts import build_pool
 from gateway.trace.format import TraceLine
-from policies.cost_scorer import drain_seconds_per_token
+from policies.cost_scorer import CostConfig, drain_seconds_per_token
+from policies.simulate import ManualClock
 from tests.unit.fake_replica import FakeReplica
+
+COST_DEFAULT = CostConfig.prefill_seconds_per_token
+"""What the cost model prices prefill at when the options say nothing (10k tokens/s)."""
 
 
 @pytest.mark.parametrize(("options", "expected"), [
     ({"prefill_seconds_per_token": 0.0005}, 0.0005),
     ({"prefill_seconds_per_token": "2e-5"}, 2e-5),       # as the replay's CLI gives it
-    ({}, PREFILL_SECONDS_PER_TOKEN),
-    ({"prefill_seconds_per_token": 0}, PREFILL_SECONDS_PER_TOKEN),   # prefill not priced
-    ({"prefill_seconds_per_token": "fast"}, PREFILL_SECONDS_PER_TOKEN),  # the policy says why
-    ({"prefill_seconds_per_token": float("inf")}, PREFILL_SECONDS_PER_TOKEN),
+    ({}, COST_DEFAULT),
+    ({"prefill_seconds_per_token": 0}, COST_DEFAULT),   # prefill not priced
+    ({"prefill_seconds_per_token": "fast"}, COST_DEFAULT),  # the policy says why
+    ({"prefill_seconds_per_token": float("inf")}, COST_DEFAULT),
 ])
 def test_the_drain_speed_is_the_cost_models_where_it_sets_one(options: dict, expected: float
                                                               ) -> None:
-    assert drain_seconds_per_token(options, PREFILL_SECONDS_PER_TOKEN) == expected
+    assert drain_seconds_per_token(options) == expected
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def pool_at(clock: Clock, speed: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaPool:
+def pool_at(clock: ManualClock, speed: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaPool:
     replica = FakeReplica("r0")
     backend = HttpxBackend("r0", "http://r0", Timeouts(), transport=replica.transport())
     return ReplicaPool([(ReplicaSpec(id="r0", url="http://r0", model=replica.model), backend)],
@@ -52,7 +48,7 @@ def pool_at(clock: Clock, speed: float = PREFILL_SECONDS_PER_TOKEN) -> ReplicaPo
 def test_a_pool_drains_unconfirmed_prefill_at_its_speed() -> None:
     """1,000 tokens sent and not confirmed: after 0.25 s a 2k-tokens/s replica has 500
     left; at the default 10k tokens/s they were gone after 0.1 s."""
-    clock = Clock()
+    clock = ManualClock(100.0)
     slow, default = pool_at(clock, 0.0005), pool_at(clock)
     with slow.lease("r0", 1000), default.lease("r0", 1000):
         clock.now += 0.25
