@@ -43,7 +43,8 @@ SHOWN_FIELDS = ("predicted_hit_rate_1m", "actual_hit_rate_1m", "predicted_hit_ra
                 "errors_1m", "inflight", "running", "waiting", "kv_usage", "block_size",
                 "capacity_blocks", "indexed_blocks", "requests_total", "healthy", "model",
                 "kv_cache_dtype", "tpot_p50_1m_s", "output_tokens_per_s_1m",
-                "engine_ttft_p50_1m_s", "engine_itl_p50_1m_s")
+                "engine_ttft_p50_1m_s", "engine_itl_p50_1m_s", "pending_requests", "pending_prefill_tokens",
+                "prefill_tokens_per_s", "assumed_prefill_tokens_per_s")
 TOTAL_FIELDS = ("predicted_hit_rate_total", "actual_hit_rate_total", "requests_total")
 WORDS = ("refund", "order", "invoice", "warranty", "account", "premium", "region", "cache",
          "block", "replica")
