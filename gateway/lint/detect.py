@@ -57,6 +57,8 @@ def _kana(word: str) -> bool:
 
 
 MARGIN = 40
+CUE_REACH = 24
+"""How far before a window a token's name may start (``Session token: k8Jd9sLq2Xz7``)."""
 CUE_CONFIDENCE = 0.97
 MAX_GAP = 12
 MONTH_HEADS = frozenset(name[:3] for name in MONTHS)
@@ -186,6 +188,11 @@ class Detector:
                 found += [ids.hex_id(m, text_before(t, m.start()), p.fingerprint_before)
                           for m in p.hex_id.finditer(t, a, b)]
                 found += [ids.nonce(m) for m in p.nonce.finditer(t, a, b)]
+            if window.tokenish:
+                found += [ids.cued_nonce(m) for m in p.cued_nonce.finditer(t, max(0, a - CUE_REACH), b)
+                          if m.start("value") >= a]
+            if "W" in w:
+                found += [temporal.iso_week(m, today) for m in p.iso_week.finditer(t, a, b)]
             if (dash or "_" in w) and (window.tokenish or window.longest >= 6):
                 found += [self._prefixed(t, m) for m in p.prefixed_id.finditer(t, a, b)]
             if window.tokenish or window.digits >= 4 or "#" in w:

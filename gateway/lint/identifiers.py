@@ -211,6 +211,17 @@ class Identifiers:
             return None
         return Hit("phone", match.start(), match.end(), 0.8)
 
+    def cued_nonce(self, match: re.Match[str]) -> Hit | None:
+        """A value of 8-15 characters right after a token's or a secret's name
+        (``Session token: k8Jd9sLq2Xz7``): random-looking, hex included."""
+        value = match["value"].rstrip("=")
+        if not self.looks_random(value, 8):
+            return None
+        start = match.start("value")
+        cue = match.group(0)[:start - match.start()].rstrip(" :=\"'").lower()
+        kind = "session_id" if cue.startswith("session") and cue.endswith("id") else "nonce"
+        return Hit(kind, start, start + len(value), 0.85, "random-looking value after its name")
+
     def nonce(self, match: re.Match[str]) -> Hit | None:
         text = match.group(0).rstrip("=")
         if all(c in HEX_DIGITS for c in text):

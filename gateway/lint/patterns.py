@@ -169,6 +169,9 @@ class PatternSet:
               |months?)\ ago(?![A-Za-z])
             |(?<![0-9])[0-9]{1,3}\s?(?:秒钟|秒鐘|秒|分钟|分鐘|分|小时|小時|時間|天|日|周|週間|个月|ヶ月|か月)
               \s?(?:前|以前)""", flags | re.IGNORECASE)
+        self.iso_week = re.compile(
+            rf"(?<![{_A}.-])(?P<y>(?:19|20)[0-9]{{2}})-?W(?P<w>0[1-9]|[1-4][0-9]|5[0-3])"
+            rf"(?:-?[1-7])?(?![{_A}]|[.-][0-9])")
         self.epoch = re.compile(
             rf"(?<![{_A}.,:-])(?P<sec>1[0-9]{{9}})(?:(?P<ms>[0-9]{{3}})|\.(?P<frac>[0-9]{{1,6}}))?"
             rf"(?![{_A}]|[.,][0-9])")
@@ -200,7 +203,15 @@ class PatternSet:
               |(?P<jp>0[0-9]{{1,4}}-[0-9]{{1,4}}-[0-9]{{3,4}}))
             (?![{_A}]|[-.][0-9])""", flags)
         self.nonce = re.compile(
-            rf"(?<![{_A}+/_=-])[{_A}+/_-]{{16,256}}={{0,2}}(?![{_A}+/_=-])")
+            rf"(?<![{_A}+/_-])(?<![^{_A}_]=)[{_A}+/_-]{{16,256}}={{0,2}}(?![{_A}+/_=-])")
+        """A random-looking string of 16 characters or more; after ``=`` only as a key's value
+        (``csrf=...``), not after padding or another ``=``."""
+        self.cued_nonce = re.compile(rf"""
+            (?<![A-Za-z])(?i:token|nonce|csrf|xsrf|secret|otp|signature|sig|salt
+              |api[\ _-]?key|access[\ _-]?key|session(?:[\ _-]?(?:id|key|token))?)
+            (?:\ (?i:is))?\ ?[:=]\ ?["']?
+            (?P<value>[{_A}+/_-]{{8,15}}={{0,2}})(?![{_A}+/_=-])""", flags)
+        """A shorter random-looking value right after a token's or a secret's name."""
         self.counter_label = re.compile(rf"""
             (?<![A-Za-z])
             (?:(?:request|call|turn|message|attempt|visit|query|conversation|session|login
@@ -263,12 +274,12 @@ class PatternSet:
             |(?<![\u4e00-\u9fff\u30a0-\u30ffお])(?P<name2>[\u4e00-\u9fff]{2,4})(?=様|さん)""",
                                   flags)
         self.record_id = re.compile(
-            r"(?<![A-Za-z0-9_#&/.-])(?P<id>\#[0-9]{3,12}"
+            r"(?<![A-Za-z0-9_#&/.-])(?P<id>\#(?:[A-Za-z]{1,4}-?)?[0-9]{3,12}"
             r"|(?=[A-Za-z0-9_/-]{0,39}[0-9])[A-Za-z0-9](?:[A-Za-z0-9]|[-_/](?=[A-Za-z0-9])){3,39})"
             r"(?![A-Za-z0-9_#-]|[./][A-Za-z0-9])")
         self.record_cue = re.compile(rf"""
-            (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:\ (?i:id|no\.?|number|num|code|ref))?
-               (?:\ (?i:is))?\ ?[:=\#]?\ ?
+            (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:[\ _-]?(?i:id|no\.?|number|num|code|ref))?
+               ["']?(?:\ (?i:is))?\ ?[:=\#]?\ ?["']?
               |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
         self.time_range_after = re.compile(r"\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}[0-9]")
         self.time_range_before = re.compile(r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}$")

@@ -97,6 +97,18 @@ def compact_date(match: re.Match[str], today: dt.date) -> Hit | None:
     return Hit("date", match.start(), match.end(), 0.6, value.isoformat())
 
 
+def iso_week(match: re.Match[str], today: dt.date) -> Hit | None:
+    """``2026-W49`` (a planning week, a report's period): a date when it is near now."""
+    try:
+        monday = dt.date.fromisocalendar(int(match["y"]), int(match["w"]), 1)
+    except ValueError:
+        return None  # week 53 of a 52-week year
+    if abs((monday - today).days) > RECENT_DAYS:
+        return None  # a week far from now is an example or a record, not today's
+    return Hit("date", match.start(), match.end(), date_confidence(monday, today),
+               f"ISO week starting {monday.isoformat()}")
+
+
 def month_date(match: re.Match[str], t: str, today: dt.date,
                month_before: re.Pattern[str]) -> Hit | None:
     """``30 November 2026``, ``1er décembre``, ``30. November`` or, looking back from the

@@ -212,4 +212,15 @@ CORPUS: list[Case] = [case(lang, marked) for lang, marked in [
     ("es", "Fecha actual: [[date:30 de noviembre de 2026]]. Responde en español."),
     ("de", "Version 2.1 des Handbuchs, Kapitel 3; Öffnungszeiten 8:00-16:00 Uhr."),
     ("es", "El cliente se llama [[name:Lucía Fernández]] y su correo es [[email:lucia.fdz@gmail.com]]."),
+    # -- added 2026-12-06: values after a key or a cue, week dates ------------------------------
+    ("en", "Session token: [[nonce:k8Jd9sLq2Xz7]]. Never repeat it to the user."),
+    ("en", "csrf=[[nonce:Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5]]; lang=en; theme=dark"),
+    ("en", "Order [[record_id:#A-48213]] is being processed; delivery in 3-5 days."),
+    ("en", 'Context: {"user_id": [[record_id:88213]], "plan": "pro", "seats": 5}'),
+    ("en", "customerId=[[record_id:CUS-2026-771043]] tier=gold region=eu-west-1"),
+    ("en", "Planning for week [[date:2026-W49]]: prioritise returns and exchanges."),
+    ("en", "Write ISO week dates as YYYY-Www, for example 2020-W01 for the first week of 2020."),
+    ("en", "Set api_key=YOUR_API_KEY and token=<paste your token here> in the config file."),
+    ("en", "The OAuth state parameter is called state=xyz; the login page is /auth/callback."),
+    ("en", "Passwords need 12 characters; password=Example123 is rejected as too common."),
 ]]

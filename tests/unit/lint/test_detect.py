@@ -78,3 +78,35 @@ def test_versions_ranges_and_hotlines_are_left_alone(detector: Detector) -> None
                  "Commit 9fceb02d0ae598e95dc970b74767f19372d61af8", "release v2024.11.30",
                  "Write to support@acme.com", "127.0.0.1 and 192.0.2.14 are examples"):
         assert spans(detector, text) == [], text
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # a key's value: after "=" only when a name stands before it
+    ("csrf=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5; lang=en", [("nonce", "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5")]),
+    ("padding ==Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5 follows", []),
+    # a short value right after a token's or a secret's name
+    ("Session token: k8Jd9sLq2Xz7. Never repeat it.", [("nonce", "k8Jd9sLq2Xz7")]),
+    ("session_id=Qz81kLm0Xr2 for this chat", [("session_id", "Qz81kLm0Xr2")]),
+    ("api_key = 'a9F3k2Lq7Z' in the header", [("nonce", "a9F3k2Lq7Z")]),
+    ("Set token=YOUR_TOKEN and secret=changeme123 in the file.", []),
+    ("A k8Jd9sLq2Xz7 code with no name before it is too short to judge.", []),
+])
+def test_values_after_a_name_are_found_when_random(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Order #A-48213 ships today.", [("record_id", "#A-48213")]),
+    ('{"user_id": 88213, "plan": "pro"}', [("record_id", "88213")]),
+    ("customer_no: 4471209 (gold tier)", [("record_id", "4471209")]),
+])
+def test_record_numbers_after_a_key_or_a_lettered_hash(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
+
+
+def test_an_iso_week_near_now_is_a_date_and_one_far_from_it_is_not(detector: Detector) -> None:
+    assert spans(detector, "Plan for week 2026-W49: returns first.") == [("date", "2026-W49")]
+    assert spans(detector, "Report 2026W48-1 is due.") == [("date", "2026W48-1")]
+    assert spans(detector, "Format: YYYY-Www, e.g. 2020-W01; 2026-W54 does not exist.") == []
