@@ -170,7 +170,7 @@ class Detector:
                 found += [temporal.compact_date(m, today) for m in p.compact_date.finditer(t, a, b)]
             found += [temporal.month_date(m, t, today, p.month_before)
                       for m in p.month_date.finditer(t, a, b)]
-            if "月" in w:
+            if "月" in w or "월" in w:
                 found += [temporal.cjk_date(m, t, today, p.era_before)
                           for m in p.cjk_date.finditer(t, a, b)]
             if colon:

@@ -219,7 +219,10 @@ class Identifiers:
             return None
         start = match.start("value")
         cue = match.group(0)[:start - match.start()].rstrip(" :=\"'").lower()
-        kind = "session_id" if cue.startswith("session") and cue.endswith("id") else "nonce"
+        if cue.endswith("id"):
+            kind = "session_id" if cue.startswith("session") else "request_id"
+        else:
+            kind = "nonce"
         return Hit(kind, start, start + len(value), 0.85, "random-looking value after its name")
 
     def nonce(self, match: re.Match[str]) -> Hit | None:

@@ -60,7 +60,7 @@ TIME_ZONES = ("UTC", "GMT", "EST", "EDT", "CST", "CDT", "MST", "MDT", "PST", "PD
               "CEST", "BST", "IST", "JST", "KST", "HKT", "SGT", "AEST", "AEDT", "EET", "EEST",
               "WET", "WEST", "MSK", "NZST", "NZDT", "AKST", "AKDT", "HST")
 
-CUE_LITERALS = ("today", "current", "now", "it is", "it's", "it’s",
+CUE_LITERALS = ("today", "current", "now", "it is", "it's", "it’s", "day of",
                 "今天", "今日", "本日", "现在", "現在", "当前", "當前", "目前", "只今")
 """Seeds for a weekday standing alone after a relative phrase ("Today is Monday"); the
 ``cue`` pattern decides. Hits with digits find their cue by looking back instead."""
@@ -135,8 +135,8 @@ class PatternSet:
         self.month_before = re.compile(r"(?P<mon>[^\W\d_]{3,10})\.?\ {1,2}$")
         self.cjk_date = re.compile(r"""
             (?<![0-9])
-            (?:(?P<y>[0-9]{1,4})\s?年\s?)?
-            (?P<m>[0-9]{1,2})\s?月\s?(?P<d>[0-9]{1,2})\s?[日号號]""", flags)
+            (?:(?P<y>[0-9]{1,4})\s?[年년]\s?)?
+            (?P<m>[0-9]{1,2})\s?[月월]\s?(?P<d>[0-9]{1,2})\s?[日号號일]""", flags)
         self.era_before = re.compile(r"(?P<era>令和|平成|昭和|(?<![A-Za-z])[RHS])(?P<first>元年\s?)?$")
         self.cjk_numeral_date = re.compile(
             r"(?P<y>[〇零一二三四五六七八九]{4})年(?P<m>[一二三四五六七八九十]{1,3})月"
@@ -208,6 +208,7 @@ class PatternSet:
         (``csrf=...``), not after padding or another ``=``."""
         self.cued_nonce = re.compile(rf"""
             (?<![A-Za-z])(?i:token|nonce|csrf|xsrf|secret|otp|signature|sig|salt
+              |(?:request|trace|correlation)[\ _-]?id
               |api[\ _-]?key|access[\ _-]?key|session(?:[\ _-]?(?:id|key|token))?)
             (?:\ (?i:is))?\ ?[:=]\ ?["']?
             (?P<value>[{_A}+/_-]{{8,15}}={{0,2}})(?![{_A}+/_=-])""", flags)
@@ -217,9 +218,11 @@ class PatternSet:
             (?:(?:request|call|turn|message|attempt|visit|query|conversation|session|login
                 |ticket|order|case|invoice|question)s?\ ?(?:\#|no\.|number|count|counter|index)
                 \ ?:?\ ?\#?
+              |remaining\ (?:budget|balance|credits?|quota|tokens|requests|messages)\ ?[:=]\ ?[$€£¥]?
               |(?:remaining|left|used|balance|credits?(?:\ (?:left|remaining))?
                 |quota(?:\ (?:left|remaining|used))?|visits|(?:requests|messages|calls)\ today
-                |(?:login|visit|session)\ count)\ ?[:=]\ ?
+                |(?:login|visit|session)\ count)\ ?[:=]\ ?[$€£¥]?
+              |you\ have\ (?=[0-9]{{1,9}}\ (?:new|unread|pending)\ [a-z]+)
               |you\ have\ (?=[0-9]{{1,9}}\ (?:messages|requests|credits|questions|queries|calls
                 |tokens|attempts)\ (?:left|remaining)))
             (?P<n>[0-9](?:[0-9,]{{0,12}}[0-9])?(?:\.[0-9]{{1,4}})?)
@@ -238,6 +241,7 @@ class PatternSet:
             |(?P<n3>[0-9]{1,6})\s?回目""", flags)
         self.cue = re.compile(r"""
             (?:today(?:'s|’s)?(?:\ date)?|current\ (?:date|time|datetime|day|weekday)
+              |day\ of\ (?:the\ )?week
               |currently|date\ today|the\ (?:time|date)|time\ now|local\ time|now|as\ of
               |it\ is|it's|it’s)
             (?:\ (?:is|are|was))?(?:\ now|\ currently)?\ ?[:=,]?

@@ -223,4 +223,9 @@ CORPUS: list[Case] = [case(lang, marked) for lang, marked in [
     ("en", "Set api_key=YOUR_API_KEY and token=<paste your token here> in the config file."),
     ("en", "The OAuth state parameter is called state=xyz; the login page is /auth/callback."),
     ("en", "Passwords need 12 characters; password=Example123 is rejected as too common."),
+    ("en", "Day of week: [[weekday:Thursday]]. Request-Id: [[request_id:7b1e4c52]]."),
+    ("en", "You have [[counter:3]] unread messages; remaining budget: $[[counter:42.10]]."),
+    ("en", "Open every weekday, Monday to Friday; you have 3 attempts per day."),
+    ("ko", "오늘은 [[date:2026년 11월 30일]]입니다. 한국어로 답하세요."),
+    ("ko", "2024년 3월 1일에 개정된 이용약관을 따릅니다."),
 ]]

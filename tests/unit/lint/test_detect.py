@@ -110,3 +110,17 @@ def test_an_iso_week_near_now_is_a_date_and_one_far_from_it_is_not(detector: Det
     assert spans(detector, "Plan for week 2026-W49: returns first.") == [("date", "2026-W49")]
     assert spans(detector, "Report 2026W48-1 is due.") == [("date", "2026W48-1")]
     assert spans(detector, "Format: YYYY-Www, e.g. 2020-W01; 2026-W54 does not exist.") == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Day of week: Thursday.", [("weekday", "Thursday")]),
+    ("Open every weekday, Monday to Friday.", []),
+    ("Request-Id: 7b1e4c52", [("request_id", "7b1e4c52")]),
+    ("You have 3 unread messages.", [("counter", "3")]),
+    ("You have 3 attempts per day.", []),
+    ("Remaining budget: $42.10", [("counter", "42.10")]),
+    ("오늘은 2026년 11월 30일입니다.", [("date", "2026년 11월 30일")]),
+])
+def test_more_cues_and_korean_dates(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
