@@ -35,13 +35,21 @@ cut to 53 bits (an exact integer for every JSON reader), where ``K_salt`` is
   requests without a salt share a namespace, as they share the engine's cache.
 
 The tail of a prompt shorter than a block has no id; ``input_length`` keeps it.
+
+Reading, the public traces read too: a Mooncake line (milliseconds, 512 tokens an
+id) and a line of Alibaba's Bailian (Qwen) usage traces, told by its ``chat_id``:
+``{"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 521,
+"output_length": 132, "type": "text", "turn": 1, "hash_ids": [...]}``, whose
+``timestamp`` is in seconds and whose ids are 16 tokens each
+(:func:`arrival_and_block`).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 
@@ -49,6 +57,8 @@ ID_BITS = 53
 """Ids stay below 2**53: exact in every JSON reader (JavaScript's numbers included)."""
 MOONCAKE_BLOCK_TOKENS = 512
 """Tokens per hash id of a trace whose lines say no ``block_size`` (Mooncake's own)."""
+BAILIAN_BLOCK_TOKENS = 16
+"""Tokens per hash id of an Alibaba Bailian (Qwen) usage trace (``qwen_*_blksz_16.jsonl``)."""
 _PERSON_SALT = b"pg-trace-salt"
 _PERSON_SESSION = b"pg-trace-sess"
 _NO_SALT = b"\x00"
@@ -129,6 +139,16 @@ class TraceKey:
         return int.from_bytes(digest, "little") >> (64 - ID_BITS)
 
 
+def arrival_and_block(item: Mapping[str, Any]) -> tuple[float, int]:
+    """A trace record's arrival in milliseconds and its tokens per hash id, whichever
+    public format it is in: a line of a Bailian usage trace (it has ``chat_id``,
+    ``parent_chat_id`` and ``turn``) gives its ``timestamp`` in seconds and 16 tokens an
+    id; a Mooncake line milliseconds and 512 (or, ours, the ``block_size`` it says)."""
+    if "chat_id" in item and "block_size" not in item:
+        return float(item["timestamp"]) * 1000.0, BAILIAN_BLOCK_TOKENS
+    return float(item["timestamp"]), int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS)
+
+
 class TraceFormatError(ValueError):
     """A line that is not a trace record (the message names the line and why)."""
 
@@ -144,11 +164,12 @@ def parse_line(text: str | bytes, number: int = 0) -> TraceLine | None:
         cached = item.get("cached_tokens")
         session = item.get("session")
         stream = item.get("stream")
+        arrival_ms, block_size = arrival_and_block(item)
         line = TraceLine(
-            timestamp_ms=int(item["timestamp"]), input_length=int(item["input_length"]),
+            timestamp_ms=round(arrival_ms), input_length=int(item["input_length"]),
             output_length=int(item["output_length"]),
             hash_ids=tuple(int(h) for h in item["hash_ids"]),
-            block_size=int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS),
+            block_size=block_size,
             model=item.get("model"), replica=item.get("replica"), policy=item.get("policy"),
             stream=bool(stream) if stream is not None else None, ttft_ms=float(ttft) if ttft is not None else None,
             cached_tokens=int(cached) if cached is not None else None,

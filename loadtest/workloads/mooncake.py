@@ -5,6 +5,10 @@ Trace format: JSON Lines, one request per line::
     {"timestamp": 277, "input_length": 32140, "output_length": 92,
      "hash_ids": [198, 199, ...]}
 
+Alibaba's Bailian (Qwen) usage traces read as well (``qwen_traceA_blksz_16.jsonl``:
+a line with ``chat_id``; its ``timestamp`` in seconds, 16 tokens an id), and the
+traces the gateway writes (their ``block_size``): ``gateway.trace.format``.
+
 ``timestamp`` is the arrival in milliseconds, lengths are tokens, and each
 hash id stands for one block of ``trace_block_tokens`` (512) prompt tokens:
 equal ids at the same position mean an equal prefix up to that block. The
@@ -43,6 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gateway.trace.format import arrival_and_block
 from loadtest.workloads.base import Conversation, Pacing, Turn, Workload
 from loadtest.workloads.text import words
 
@@ -55,6 +60,9 @@ class TraceRecord:
     input_length: int
     output_length: int
     hash_ids: tuple[int, ...]
+    block_tokens: int = TRACE_BLOCK_TOKENS
+    """Tokens per hash id: 512 (Mooncake), 16 (a Bailian line), or the line's
+    ``block_size`` (a trace the gateway wrote)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,14 +76,17 @@ class MooncakeParams:
     family_sample: int = 1
     offset: int = 0
     limit: int | None = None
-    trace_block_tokens: int = TRACE_BLOCK_TOKENS
+    trace_block_tokens: int | None = None
+    """Tokens per hash id; ``None``: what each line's format says (512 for Mooncake,
+    16 for a Bailian usage trace, a gateway trace's ``block_size``)."""
     concurrency: int | None = None
     """Cap on requests in flight (default: none, pure trace timing)."""
 
     def __post_init__(self) -> None:
         if self.length_scale <= 0 or self.output_scale <= 0 or self.time_scale <= 0:
             raise ValueError("length_scale, output_scale and time_scale must be positive")
-        if self.max_output_len <= 0 or self.trace_block_tokens <= 0 or self.offset < 0:
+        if (self.max_output_len <= 0 or self.offset < 0
+                or (self.trace_block_tokens is not None and self.trace_block_tokens <= 0)):
             raise ValueError("max_output_len and trace_block_tokens must be positive")
         if self.family_sample <= 0:
             raise ValueError("family_sample must be positive")
@@ -114,11 +125,13 @@ def parse_trace(lines: Iterable[str]) -> list[TraceRecord]:
             continue
         try:
             item = json.loads(line)
+            arrival_ms, block_tokens = arrival_and_block(item)
             record = TraceRecord(
-                timestamp_ms=float(item["timestamp"]),
+                timestamp_ms=arrival_ms,
                 input_length=int(item["input_length"]),
                 output_length=int(item["output_length"]),
                 hash_ids=tuple(int(h) for h in item["hash_ids"]),
+                block_tokens=block_tokens,
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"trace line {number}: {exc!r}") from None
@@ -130,7 +143,8 @@ def parse_trace(lines: Iterable[str]) -> list[TraceRecord]:
 
 def prompt_text(record: TraceRecord, params: MooncakeParams) -> str:
     """The prompt of one record: its blocks' words, the last block cut to length."""
-    block_words = max(1, round(params.trace_block_tokens * params.length_scale))
+    block_words = max(1, round((params.trace_block_tokens or record.block_tokens)
+                               * params.length_scale))
     total = max(1, round(record.input_length * params.length_scale))
     pieces = []
     remaining = total

@@ -92,3 +92,20 @@ def test_default_trace_is_beside_the_repository() -> None:
     if path.is_dir():
         records = parse_trace(resolve_trace(None).read_text().splitlines()[:50])
         assert len(records) == 50
+
+
+def test_a_bailian_trace_replays_at_its_pace_in_16_token_blocks() -> None:
+    """Alibaba's Bailian (Qwen) traces give seconds and 16 tokens an id: read as
+    milliseconds, two hours of traffic would arrive in seven seconds."""
+    lines = [{"chat_id": 1, "parent_chat_id": -1, "timestamp": 10.0, "input_length": 30,
+              "output_length": 5, "type": "text", "turn": 1, "hash_ids": [7, 8]},
+             {"chat_id": 2, "parent_chat_id": 1, "timestamp": 12.5, "input_length": 64,
+              "output_length": 5, "type": "text", "turn": 2, "hash_ids": [7, 8, 9, 10]}]
+    workload = build_from_records(parse_trace(_jsonl(lines)), MooncakeParams(length_scale=1.0))
+    assert [c.arrival for c in workload.conversations] == [0.0, 2.5]
+    first, second = (c.turns[0].user.split() for c in workload.conversations)
+    assert len(first) == 30 and len(second) == 64  # 16 words an id, the last one cut
+    assert first == second[:30]  # ids 7, 8: the same words
+    forced = build_from_records(parse_trace(_jsonl(lines)),
+                                MooncakeParams(length_scale=1.0, trace_block_tokens=512))
+    assert forced.conversations[1].turns[0].user.split()[:40] != second[:40]  # one 512 block

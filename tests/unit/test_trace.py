@@ -97,6 +97,24 @@ def test_a_line_is_a_mooncake_record_with_extra_fields_and_reads_back() -> None:
     assert mooncake.block_size == 512 and mooncake.replica is None
 
 
+BAILIAN = [  # Alibaba's Bailian (Qwen) usage traces: seconds, 16 tokens an id, sessions
+    {"chat_id": 159, "parent_chat_id": -1, "timestamp": 61.114, "input_length": 40,
+     "output_length": 132, "type": "text", "turn": 1, "hash_ids": [7, 8]},
+    {"chat_id": 160, "parent_chat_id": 159, "timestamp": 62.5, "input_length": 90,
+     "output_length": 80, "type": "text", "turn": 2, "hash_ids": [7, 8, 9, 10, 11]},
+]
+
+
+def test_a_bailian_trace_reads_in_seconds_and_16_tokens_an_id() -> None:
+    first, second = parse_lines([json.dumps(item) for item in BAILIAN])
+    assert (first.timestamp_ms, second.timestamp_ms) == (61114, 62500)
+    assert first.block_size == second.block_size == 16
+    assert second.hash_ids == (7, 8, 9, 10, 11)
+    records = parse_trace([json.dumps(item) for item in BAILIAN])  # the loadtest's reader
+    assert [round(r.timestamp_ms) for r in records] == [61114, 62500]
+    assert [r.block_tokens for r in records] == [16, 16]
+
+
 # -- the writer: sample, bounds, rotation, drops -------------------------------------
 
 
