@@ -11,6 +11,12 @@ is forwarded whole: the replica sees every byte the client sent.
 What routing will not analyse at all (the request is routed by load, and
 counted in ``prefixgate_routing_unanalysed_total{reason}``):
 
+* ``media``: an image, audio, video or file part in a message. The replica
+  expands it into tokens the gateway cannot know (their number depends on
+  the image), so routing reads the messages before the first message that
+  holds one (a shared system prompt, earlier text turns) and routes on
+  their blocks; the request is counted, and routed by load only when the
+  first message already holds one.
 * ``client_template``: a request's own ``chat_template``. It is code the
   client wrote; rendering it is unbounded work (two nested loops of 8000 are
   64M iterations) and unbounded memory (``'x' * 10**9``) that a worker thread
@@ -78,6 +84,14 @@ class Routable:
     cut: bool
     """Whether messages or content were left out."""
     client_template: bool
+    media: bool = False
+    """Whether messages were left out from the first one holding an image, audio,
+    video or file part."""
+
+
+TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+"""Content part types that are text (``engine.tokenizer.fold_content``); any other part
+(``image_url``, ``input_image``, ``input_audio``, ``video_url``, ``file``, ...) is media."""
 
 
 class Unanalysed(Exception):
@@ -98,8 +112,12 @@ def routable_chat(body: Mapping[str, Any], max_chars: int, max_messages: int) ->
         raise Unanalysed("render")
     kept: list[Any] = []
     budget = max_chars
-    cut = len(messages) > max_messages
-    for message in messages[:max_messages]:
+    media = _first_with_media(messages, max_messages)
+    if media == 0:
+        raise Unanalysed("media")
+    limit = max_messages if media is None else media
+    cut = len(messages) > limit
+    for message in messages[:limit]:
         if budget <= 0:
             cut = True
             break
@@ -112,7 +130,19 @@ def routable_chat(body: Mapping[str, Any], max_chars: int, max_messages: int) ->
         return Routable(body, False, False)
     reduced = {k: v for k, v in body.items() if k != "chat_template"}
     reduced["messages"] = kept
-    return Routable(reduced, cut, client_template)
+    return Routable(reduced, cut, client_template, media is not None)
+
+
+def _first_with_media(messages: list[Any], max_messages: int) -> int | None:
+    """The index of the first message (of those routing reads) with a part that is not
+    text, or None."""
+    for index, message in enumerate(messages[:max_messages]):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, list) and any(
+                isinstance(part, Mapping) and part.get("type") not in TEXT_PARTS
+                for part in content):
+            return index
+    return None
 
 
 def _clip_message(message: Any, budget: int) -> tuple[Any, int]:

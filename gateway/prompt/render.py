@@ -237,6 +237,8 @@ class PromptHasher:
         routable = routable_chat(body, limits.max_routed_chars, limits.max_routed_messages)
         if routable.client_template:
             self.fell_back("client_template")
+        if routable.media:
+            self.fell_back("media")
         body = routable.body
         plan: RenderPlan | None = None
         if incremental and self.conversations is not None:
