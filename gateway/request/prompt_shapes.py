@@ -6,10 +6,14 @@ like the chat request vLLM turns it into: ``instructions`` as the system
 message, then ``input`` (a string is one user message; a list holds
 messages whose content is a string or ``input_text``/``output_text``
 parts). Requests sharing instructions and earlier input then share blocks
-and route together. Tool calls and other item types have no chat form the
-gateway renders: such a request, like any body whose shape the gateway does
-not know, has no prompt for routing and goes by load (the replica still
-gets it unchanged, and answers it as vLLM does).
+and route together. Tool calls, their outputs and other item types have no
+chat form the gateway renders: routing reads the messages before the first
+such item (an agent's instructions and task, turn after turn of tool calls,
+still route together), and a request with none before it, like any body
+whose shape the gateway does not know, has no prompt for routing and goes by
+load (the replica still gets it unchanged, and answers it as vLLM does). An
+image, audio or file part is kept as it is: routing reads the messages
+before the one holding it (``gateway.prompt.bounds``, counted as ``media``).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         for item in given:
             message = _message(item)
             if message is None:
-                return None
+                break  # no chat form: routing reads the messages before it
             messages.append(message)
     else:
         return None
@@ -65,13 +69,17 @@ def _message(item: Any) -> dict[str, Any] | None:
         return {"role": role, "content": content}
     if not isinstance(content, list):
         return None
-    texts = []
+    parts: list[dict[str, Any]] = []
     for part in content:
-        if not (isinstance(part, dict) and part.get("type") in _TEXT_PARTS
-                and isinstance(part.get("text"), str)):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             return None
-        texts.append({"type": "text", "text": part["text"]})
-    return {"role": role, "content": texts}
+        if part["type"] not in _TEXT_PARTS:
+            parts.append(part)  # media: routing stops before this message
+        elif isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        else:
+            return None
+    return {"role": role, "content": parts}
 
 
 def _is_chat(messages: Any) -> bool:

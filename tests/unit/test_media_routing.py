@@ -85,3 +85,22 @@ def test_the_blocks_routed_are_the_prompts_own_leading_blocks(qwen: HFRenderer) 
         SYSTEM, {"role": "user", "content": "What is in picture 1?"}]}, "chat", 16).block_hashes
     assert len(media) >= len(qwen.text_token_ids(SYSTEM["content"], False)) // 16 - 1
     assert media[:-1] == plain[:len(media) - 1]
+
+
+async def test_an_agents_turns_on_the_responses_api_route_together() -> None:
+    """Each turn of a task carries the tool calls so far: read up to the first, every
+    turn routes on the instructions and the task, which the replica holds."""
+    replicas = [FakeReplica(name) for name in ("a", "b", "c")]
+    task = {"role": "user", "content": "Reconcile the March invoices. " * 10}
+    calls: list[dict[str, Any]] = []
+    answers = []
+    async with gateway(replicas, policy="prefix") as client:
+        for turn in range(4):
+            body = {"model": "m", "instructions": SYSTEM["content"], "input": [task, *calls]}
+            answers.append(await client.post("/v1/responses", json=body))
+            calls += [{"type": "function_call", "call_id": f"c{turn}", "name": "lookup",
+                       "arguments": "{}"},
+                      {"type": "function_call_output", "call_id": f"c{turn}", "output": "ok"}]
+    assert all(answer.status_code == 200 for answer in answers)
+    assert len({answer.headers["x-prefixgate-replica"] for answer in answers}) == 1
+    assert all(int(answer.headers["x-prefixgate-matched-tokens"]) > 0 for answer in answers[1:])

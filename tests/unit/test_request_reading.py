@@ -67,9 +67,27 @@ def test_a_responses_body_renders_as_its_chat_messages() -> None:
         "chat", {"messages": [{"role": "user", "content": "Hi"}]})
 
 
+def test_a_responses_body_is_read_up_to_its_first_item_with_no_chat_form() -> None:
+    """An agent's turns: instructions, the task, then tool calls and their outputs. Routing
+    reads what comes before the first of those, so every turn of the task routes together;
+    an image part is kept for the chat reading to stop before (``media``)."""
+    task = {"role": "user", "content": "Find the invoice."}
+    body = {"instructions": "You are an agent.", "input": [
+        task, {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "found"},
+        {"role": "user", "content": "Thanks"}]}
+    assert prompt_of("responses", body) == ("chat", {"messages": [
+        {"role": "system", "content": "You are an agent."}, task]})
+    image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
+    with_image = {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is this?"}, image]}]}
+    assert prompt_of("responses", with_image) == ("chat", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, image]}]})
+
+
 @pytest.mark.parametrize(("kind", "body"), [
     ("responses", {"input": [{"type": "function_call_output", "output": "42"}]}),
-    ("responses", {"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
+    ("responses", {"input": [{"role": "user", "content": [{"text": "no type"}]}]}),
     ("responses", {}),
     ("chat", {"messages": []}),
     ("chat", {"messages": [{"content": "no role"}]}),
