@@ -139,8 +139,8 @@ def _first_with_media(messages: list[Any], max_messages: int) -> int | None:
     for index, message in enumerate(messages[:max_messages]):
         content = message.get("content") if isinstance(message, Mapping) else None
         if isinstance(content, list) and any(
-                isinstance(part, Mapping) and part.get("type") not in TEXT_PARTS
-                for part in content):
+                isinstance(part, Mapping) and isinstance(part.get("type"), str)
+                and part["type"] not in TEXT_PARTS for part in content):
             return index
     return None
 
