@@ -70,6 +70,20 @@ this, its header says what the linter already knew at once."""
 _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 
+def linted_body(exchange: Exchange) -> Mapping[str, Any] | None:
+    """What the linter judges of a decided request: a chat request's body as the client
+    sent it; a Responses API request's ``instructions`` and ``input`` as the chat
+    messages routing renders them as (``gateway.request.prompt_shapes``: an agent's
+    instructions are its system prompt); None for any other request."""
+    if exchange.prompt is None or exchange.prompt[0] != "chat":
+        return None
+    if exchange.route.kind == "chat":
+        return exchange.as_sent
+    if exchange.route.kind == "responses":
+        return {"model": exchange.model, **exchange.prompt[1]}
+    return None
+
+
 class LiveLint(Silent):
     def __init__(self, lint: LintService, metrics: GatewayMetrics, preparing: Preparing,
                  capacity: int = QUEUE_REQUESTS, budget: CpuBudget | None = None) -> None:
@@ -100,12 +114,14 @@ class LiveLint(Silent):
         return len(self._queue)
 
     def on_decided(self, exchange: Exchange) -> None:
-        if exchange.route.kind == "chat" and exchange.prompt is not None:
+        if linted_body(exchange) is not None:
             after_send(self.take, exchange)
 
     def take(self, exchange: Exchange) -> None:
         """The header's lookup, and the request queued for the worker (on the loop)."""
-        model, body, tenant = exchange.model, exchange.as_sent, exchange.tenant
+        model, body, tenant = exchange.model, linted_body(exchange), exchange.tenant
+        if body is None:
+            return
         try:
             fields = prefix_fields(body)  # walked once: the thread lints the same ones
             exchange.lint_warnings = self.lint.known_warnings(model, body, tenant, fields)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from asgi_lifespan import LifespanManager
 
 from gateway.config import load_settings
@@ -216,3 +217,25 @@ async def test_live_learning_can_be_switched_off(qwen_dir: str) -> None:
             assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
         drift = (await client.get("/admin/drift")).json()
     assert drift["groups"] == [] and drift["events"] == []  # nothing learned
+
+
+@pytest.mark.parametrize("worker", ["thread", "process"])
+async def test_responses_api_instructions_are_linted_as_a_system_prompt(
+        qwen_dir: str, worker: str) -> None:
+    """An agent on the Responses API: its instructions are its system prompt, and a clock
+    in them breaks the cache as in a chat request's (the linter in a thread or in a
+    process of its own)."""
+    turn = {"model": "m", "instructions": SYSTEM,
+            "input": [{"role": "user", "content": "Find me a flight to Lisbon."},
+                      {"type": "function_call", "call_id": "c1", "name": "search",
+                       "arguments": "{}"}]}
+    async with gateway(qwen_dir, lint={"worker": worker}) as client:
+        first = await client.post("/v1/responses", json=turn)
+
+        async def linted() -> bool:
+            return 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in (
+                await client.get("/metrics")).text
+        await eventually_async(linted, what="the agent's first turn linted")
+        second = await client.post("/v1/responses", json={**turn, "input": turn["input"][:1]})
+    assert first.status_code == 200 and second.status_code == 200
+    assert second.headers["x-prefixgate-lint"] == "1"
