@@ -14,6 +14,14 @@ whose shape the gateway does not know, has no prompt for routing and goes by
 load (the replica still gets it unchanged, and answers it as vLLM does). An
 image, audio or file part is kept as it is: routing reads the messages
 before the one holding it (``gateway.prompt.bounds``, counted as ``media``).
+
+An Anthropic Messages API body (``/v1/messages``, which vLLM serves by turning it
+into a chat request) renders as that chat request: ``system`` (a string, or its
+text blocks but a per-request billing header's, and the text of any system-role
+message) joined into one system message, ``tools`` as functions (``input_schema``
+the parameters), then the messages, read up to the first block that is not text (a
+tool use, a tool result, an image, thinking): an agent's turns route on its system
+prompt, tools and task.
 """
 
 from __future__ import annotations
@@ -36,7 +44,84 @@ def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | N
             return None
         chat = {"messages": messages, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
         return "chat", chat
+    if kind == "messages":
+        return anthropic_chat(body)
     return None
+
+
+_BILLING_HEADER = "x-anthropic-billing-header"
+"""A text block Claude Code puts in ``system`` with a per-request hash in it; vLLM leaves
+it out of the prompt, so routing does too."""
+
+
+def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """An Anthropic Messages API body as the chat request routing renders, or None."""
+    given = body.get("messages")
+    if not isinstance(given, list) or not given:
+        return None
+    system: list[str] = []
+    _system_text(body.get("system"), system)
+    for message in given:
+        if isinstance(message, dict) and message.get("role") == "system":
+            _system_text(message.get("content"), system)
+    messages: list[dict[str, Any]] = []
+    if system:
+        messages.append({"role": "system", "content": "".join(system)})
+    for message in given:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return None
+        if message["role"] == "system":
+            continue
+        content = _anthropic_text(message.get("content"))
+        if content is None:
+            break  # a tool use, a tool result, an image: routing reads what comes before
+        messages.append({"role": message["role"], "content": content})
+    if not messages:
+        return None
+    chat: dict[str, Any] = {"messages": messages}
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        chat["tools"] = [_anthropic_tool(tool) for tool in tools]
+    if isinstance(body.get("chat_template_kwargs"), dict):
+        chat["chat_template_kwargs"] = body["chat_template_kwargs"]
+    return "chat", chat
+
+
+def _system_text(value: Any, into: list[str]) -> None:
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, list):
+        for block in value:
+            if (isinstance(block, dict) and block.get("type") == "text"
+                    and isinstance(block.get("text"), str) and block["text"]
+                    and not block["text"].startswith(_BILLING_HEADER)):
+                into.append(block["text"])
+
+
+def _anthropic_text(content: Any) -> str | list[dict[str, Any]] | None:
+    """A message's content when it is text only (a string, or text blocks), else None."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    parts = []
+    for block in content:
+        if not (isinstance(block, dict) and block.get("type") == "text"
+                and isinstance(block.get("text"), str)):
+            return None
+        if block["text"]:
+            parts.append({"type": "text", "text": block["text"]})
+    if len(parts) == 1:
+        return str(parts[0]["text"])
+    return parts or None
+
+
+def _anthropic_tool(tool: Any) -> Any:
+    if not isinstance(tool, dict):
+        return tool
+    return {"type": "function", "function": {
+        "name": tool.get("name"), "description": tool.get("description"),
+        "parameters": tool.get("input_schema")}}
 
 
 def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -79,7 +79,7 @@ def linted_body(exchange: Exchange) -> Mapping[str, Any] | None:
         return None
     if exchange.route.kind == "chat":
         return exchange.as_sent
-    if exchange.route.kind == "responses":
+    if exchange.route.kind in ("responses", "messages"):
         return {"model": exchange.model, **exchange.prompt[1]}
     return None
 

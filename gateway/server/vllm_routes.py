@@ -1,7 +1,9 @@
 """Every route of vLLM's OpenAI server that the gateway relays, and how each is routed.
 
 Checked against vLLM 0.32's routers (``vllm/entrypoints/openai/*/api_router.py``,
-``pooling/*``, ``speech_to_text/*``, ``serve/tokenize``). One table, one
+``pooling/*``, ``speech_to_text/*``, ``serve/tokenize``, and the Anthropic Messages
+API of ``vllm/entrypoints/anthropic/api_router.py``, registered on every server that
+generates). One table, one
 handler (``api.build_router``'s ``routed``): each route is read, parsed,
 routed and forwarded the same way — failover before the first byte, the
 replica lease, metrics and the request log (``gateway.request.proxy``), a stream
@@ -25,6 +27,7 @@ PREFIX_ROUTES = (
     Route("chat", "/v1/chat/completions/render"),
     Route("completions", "/v1/completions/render"),
     Route("responses", "/v1/responses/render"),
+    Route("messages", "/v1/messages"),
 )
 """Generation and render routes: by the prompt's cached blocks."""
 
@@ -38,6 +41,7 @@ HOME_ROUTES = (
 LOAD_ROUTES = (
     Route("tokenize", "/tokenize", routing="load"),
     Route("detokenize", "/detokenize", routing="load"),
+    Route("tokenize", "/v1/messages/count_tokens", routing="load"),
     Route("embeddings", "/v1/embeddings", routing="load"),
     Route("embeddings", "/v2/embed", routing="load"),
     Route("pooling", "/pooling", routing="load"),
