@@ -154,6 +154,43 @@ def test_responses_follow_up_lands_where_vllm_stored_it(real_gateway: GatewayPro
                                                               "response.incomplete")
 
 
+def test_anthropic_messages_answer_as_vllm_and_follow_their_system_prompt(
+        real_gateway: GatewayProcess, vllm_pair: list[LocalReplica]) -> None:
+    """vLLM's Anthropic Messages API (what Claude Code calls) through the gateway: the
+    answer vLLM gives, and an agent's next turn (a tool use and its result after the
+    same system prompt and task) on the replica that holds its prefix."""
+    task = {"role": "user", "content": [{"type": "text", "text": "Where is my order?"}]}
+    body = {"model": MODEL, "max_tokens": 4, "system": SYSTEM, "messages": [task]}
+    direct = httpx.post(vllm_pair[0].info.base_url + "/v1/messages", json=body, timeout=120)
+    through = httpx.post(real_gateway.url + "/v1/messages", json=body, timeout=120)
+    assert through.status_code == direct.status_code, (through.text, direct.text)
+    if direct.status_code != 200:  # this vLLM refuses it: the gateway answers the same
+        print(f"\nvLLM answers /v1/messages {direct.status_code}: {direct.text[:200]}")
+        return
+    answer = through.json()
+    assert answer["type"] == "message" and answer["usage"]["output_tokens"] >= 1
+    turn = {**body, "messages": [
+        task, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "lookup", "input": {"order": "A-1"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": "shipped"}]}]}
+    home = through.headers["x-prefixgate-replica"]
+    replica = next(r for r in vllm_pair if r.info.replica_id == home)
+    before = hits(replica)
+    follow = httpx.post(real_gateway.url + "/v1/messages", json=turn, timeout=120)
+    assert follow.status_code == 200, follow.text
+    assert follow.headers["x-prefixgate-replica"] == home
+    assert int(follow.headers["x-prefixgate-matched-tokens"]) >= 128
+    assert hits(replica) - before >= 128  # the replica's own counter: a real hit
+    with httpx.stream("POST", real_gateway.url + "/v1/messages", json={**body, "stream": True},
+                      timeout=120) as stream:
+        events = [line for line in stream.iter_lines() if line.startswith("event: ")]
+    assert events[0] == "event: message_start" and events[-1] == "event: message_stop"
+    counted = httpx.post(real_gateway.url + "/v1/messages/count_tokens",
+                         json={"model": MODEL, "system": SYSTEM, "messages": [task]}, timeout=120)
+    assert counted.status_code == 200 and counted.json()["input_tokens"] >= 128
+
+
 def test_precise_follows_kv_events_and_forgets_evictions(events_only_gateway: GatewayProcess,
                                                          vllm_pair: list[LocalReplica]) -> None:
     # Speculation (the blocks the gateway routed itself, until a TTL passes)
