@@ -27,13 +27,24 @@ class Usage:
 def usage_from_object(obj: object) -> Usage | None:
     """An answer's ``usage``: chat and completions name it ``prompt_tokens`` and
     ``completion_tokens``; the Responses API ``input_tokens`` and ``output_tokens``,
-    and its stream carries it in the ``response`` of its last event."""
+    and its stream carries it in the ``response`` of its last event; the Anthropic
+    Messages API counts the prompt in three parts (``input_tokens``,
+    ``cache_read_input_tokens``, ``cache_creation_input_tokens``), its stream in the
+    ``usage`` of its ``message_delta`` event."""
     if not isinstance(obj, dict):
         return None
     nested = obj.get("response")
     usage = obj.get("usage", nested.get("usage") if isinstance(nested, dict) else None)
     if not isinstance(usage, dict):
         return None
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+        # The Anthropic Messages API: input_tokens are those neither read from nor
+        # written to the cache; the prompt is the three together.
+        read = _count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
+        made = _count(usage, "cache_creation_input_tokens", "cache_creation_input_tokens")
+        return Usage(prompt_tokens=_count(usage, "input_tokens", "input_tokens") + read + made,
+                     completion_tokens=_count(usage, "output_tokens", "output_tokens"),
+                     cached_tokens=read)
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(

@@ -310,6 +310,27 @@ def test_a_responses_answers_usage_is_read_plain_and_streamed() -> None:
     assert observer.usage() == expected
 
 
+ANTHROPIC_USAGE = {"input_tokens": 9, "output_tokens": 16, "cache_read_input_tokens": 160,
+                   "cache_creation_input_tokens": 32}
+"""What vLLM's /v1/messages answered for a prompt of 201 tokens, 160 of them cached."""
+
+
+def test_an_anthropic_answers_usage_is_its_three_parts_of_the_prompt() -> None:
+    expected = Usage(prompt_tokens=201, completion_tokens=16, cached_tokens=160)
+    assert usage_from_json(json.dumps({"type": "message", "usage": ANTHROPIC_USAGE}).encode()) \
+        == expected
+    observer = StreamObserver()
+    for event in ({"type": "message_start", "message": {"usage": {
+                       "input_tokens": 9, "output_tokens": 0}}},
+                  {"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "text_delta", "text": "hi"}},
+                  {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                   "usage": ANTHROPIC_USAGE},
+                  {"type": "message_stop"}):
+        observer.feed(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+    assert observer.usage() == expected
+
+
 async def test_a_stored_response_whose_replica_is_out_of_rotation_is_a_503() -> None:
     a, b = Replica("a"), Replica("b")
     async with gateway([a, b], policy="round_robin") as client:
