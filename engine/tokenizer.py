@@ -66,6 +66,11 @@ class Renderer(Protocol):
         ...
 
 
+TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+"""Content part types that are text: what :func:`fold_content` folds; any other part
+(``image_url``, ``input_image``, ``input_audio``, ``video_url``, ``file``, ...) is media."""
+
+
 def fold_content(content: Any) -> str:
     """vLLM's "string" content format: text parts joined by newlines."""
     if content is None:
@@ -79,10 +84,9 @@ def fold_content(content: Any) -> str:
                 texts.append(part)
             elif isinstance(part, Mapping):
                 kind = part.get("type")
-                if kind in ("text", "input_text", "output_text") and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-                elif kind in ("refusal",) and isinstance(part.get("refusal"), str):
-                    texts.append(part["refusal"])
+                field = "refusal" if kind == "refusal" else "text"
+                if kind in TEXT_PARTS and isinstance(part.get(field), str):
+                    texts.append(part[field])
                 else:
                     raise RenderError(f"unsupported content part type {kind!r}")
             else:

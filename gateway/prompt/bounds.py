@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from engine.tokenizer import Renderer, RenderError
+from engine.tokenizer import TEXT_PARTS, Renderer, RenderError
 
 ENTRY_BYTES = 160
 """An ordered-dict slot and its (value, weight, size) tuple."""
@@ -87,11 +87,6 @@ class Routable:
     media: bool = False
     """Whether messages were left out from the first one holding an image, audio,
     video or file part."""
-
-
-TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
-"""Content part types that are text (``engine.tokenizer.fold_content``); any other part
-(``image_url``, ``input_image``, ``input_audio``, ``video_url``, ``file``, ...) is media."""
 
 
 class Unanalysed(Exception):

@@ -19,9 +19,9 @@ An Anthropic Messages API body (``/v1/messages``, which vLLM serves by turning i
 into a chat request) renders as that chat request: ``system`` (a string, or its
 text blocks but a per-request billing header's, and the text of any system-role
 message) joined into one system message, ``tools`` as functions (``input_schema``
-the parameters), then the messages, read up to the first block that is not text (a
-tool use, a tool result, an image, thinking): an agent's turns route on its system
-prompt, tools and task.
+the parameters), then the messages, read up to the first block that is neither text nor an image
+(a tool use, a tool result, thinking; an image stops it one message earlier, as
+``media``): an agent's turns route on its system prompt, tools and task.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             return None
         if message["role"] == "system":
             continue
-        content = _anthropic_text(message.get("content"))
+        content = _anthropic_content(message.get("content"))
         if content is None:
-            break  # a tool use, a tool result, an image: routing reads what comes before
+            break  # a tool use, a tool result, thinking: routing reads what comes before
         messages.append({"role": message["role"], "content": content})
     if not messages:
         return None
@@ -98,20 +98,26 @@ def _system_text(value: Any, into: list[str]) -> None:
                 into.append(block["text"])
 
 
-def _anthropic_text(content: Any) -> str | list[dict[str, Any]] | None:
-    """A message's content when it is text only (a string, or text blocks), else None."""
+def _anthropic_content(content: Any) -> str | list[dict[str, Any]] | None:
+    """A message's content as chat content: a string, or its text blocks as text parts
+    and its images kept as they are (routing stops before the message that holds one,
+    counted as ``media``: ``gateway.prompt.bounds``); None when it holds any other block."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         return None
     parts = []
     for block in content:
-        if not (isinstance(block, dict) and block.get("type") == "text"
-                and isinstance(block.get("text"), str)):
+        if not isinstance(block, dict):
             return None
-        if block["text"]:
-            parts.append({"type": "text", "text": block["text"]})
-    if len(parts) == 1:
+        if block.get("type") == "image":
+            parts.append(block)
+        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+            if block["text"]:
+                parts.append({"type": "text", "text": block["text"]})
+        else:
+            return None
+    if len(parts) == 1 and parts[0]["type"] == "text":
         return str(parts[0]["text"])
     return parts or None
 

@@ -40,11 +40,10 @@ def usage_from_object(obj: object) -> Usage | None:
     if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
         # The Anthropic Messages API: input_tokens are those neither read from nor
         # written to the cache; the prompt is the three together.
-        read = _count(usage, "cache_read_input_tokens", "cache_read_input_tokens")
-        made = _count(usage, "cache_creation_input_tokens", "cache_creation_input_tokens")
-        return Usage(prompt_tokens=_count(usage, "input_tokens", "input_tokens") + read + made,
-                     completion_tokens=_count(usage, "output_tokens", "output_tokens"),
-                     cached_tokens=read)
+        read = _count(usage, "cache_read_input_tokens")
+        made = _count(usage, "cache_creation_input_tokens")
+        return Usage(prompt_tokens=_count(usage, "input_tokens") + read + made,
+                     completion_tokens=_count(usage, "output_tokens"), cached_tokens=read)
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     return Usage(
@@ -54,8 +53,9 @@ def usage_from_object(obj: object) -> Usage | None:
     )
 
 
-def _count(usage: dict[str, object], name: str, responses_name: str) -> int:
-    value = usage.get(name, usage.get(responses_name))
+def _count(usage: dict[str, object], *names: str) -> int:
+    """The first of ``names`` that ``usage`` has, as a count (0 when none is a number)."""
+    value = next((usage[name] for name in names if name in usage), None)
     return int(value) if isinstance(value, (int, float)) else 0
 
 

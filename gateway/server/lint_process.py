@@ -68,7 +68,7 @@ from gateway.lint.structure import TextField, lint_view, prefix_fields
 from gateway.ops.metrics import GatewayMetrics
 from gateway.request.exchange import Exchange
 from gateway.request.lifecycle import Silent, after_send
-from gateway.server.live_lint import linted_body
+from gateway.server.live_lint import is_linted, linted_body
 from policies.lru import LRU
 
 log = logging.getLogger("prefixgate.lint")
@@ -285,14 +285,12 @@ class LintProcess(Silent):
         return self._sent + len(self._batch)
 
     def on_decided(self, exchange: Exchange) -> None:
-        if linted_body(exchange) is not None:
+        if is_linted(exchange):
             after_send(self.take, exchange)
 
     def take(self, exchange: Exchange) -> None:
         """The header's lookup, and the request queued for the child (on the loop)."""
         model, body, tenant = exchange.model, linted_body(exchange), exchange.tenant
-        if body is None:
-            return
         try:
             fields = prefix_fields(body)
             key = prefix_key(model, tenant, fields)

@@ -70,18 +70,23 @@ this, its header says what the linter already knew at once."""
 _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 
-def linted_body(exchange: Exchange) -> Mapping[str, Any] | None:
-    """What the linter judges of a decided request: a chat request's body as the client
-    sent it; a Responses API request's ``instructions`` and ``input`` as the chat
-    messages routing renders them as (``gateway.request.prompt_shapes``: an agent's
-    instructions are its system prompt); None for any other request."""
-    if exchange.prompt is None or exchange.prompt[0] != "chat":
-        return None
-    if exchange.route.kind == "chat":
+LINTED_ROUTES = frozenset({"chat", "responses", "messages"})
+"""Routes whose prompt renders as a chat request (``gateway.request.prompt_shapes``)."""
+
+
+def is_linted(exchange: Exchange) -> bool:
+    """Whether the linter judges a decided request: one whose prompt renders as chat."""
+    prompt = exchange.prompt
+    return prompt is not None and prompt[0] == "chat" and exchange.route.kind in LINTED_ROUTES
+
+
+def linted_body(exchange: Exchange) -> Mapping[str, Any]:
+    """What the linter judges of a request it lints (``is_linted``): a chat request's body
+    as the client sent it; a Responses or Anthropic Messages API request as the chat
+    request routing renders it as (an agent's instructions are its system prompt)."""
+    if exchange.route.kind == "chat" or exchange.prompt is None:
         return exchange.as_sent
-    if exchange.route.kind in ("responses", "messages"):
-        return {"model": exchange.model, **exchange.prompt[1]}
-    return None
+    return {"model": exchange.model, **exchange.prompt[1]}
 
 
 class LiveLint(Silent):
@@ -114,14 +119,12 @@ class LiveLint(Silent):
         return len(self._queue)
 
     def on_decided(self, exchange: Exchange) -> None:
-        if linted_body(exchange) is not None:
+        if is_linted(exchange):
             after_send(self.take, exchange)
 
     def take(self, exchange: Exchange) -> None:
         """The header's lookup, and the request queued for the worker (on the loop)."""
         model, body, tenant = exchange.model, linted_body(exchange), exchange.tenant
-        if body is None:
-            return
         try:
             fields = prefix_fields(body)  # walked once: the thread lints the same ones
             exchange.lint_warnings = self.lint.known_warnings(model, body, tenant, fields)

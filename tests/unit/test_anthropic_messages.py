@@ -9,6 +9,7 @@ from gateway.request.prompt_shapes import prompt_of
 
 from .fake_replica import FakeReplica
 from .test_gateway_core import gateway
+from .test_hostile_requests import _sample
 
 SYSTEM = "You are a coding agent working in the user's repository. Follow the rules. " * 20
 TOOLS = [{"name": "read_file", "description": "Read a file.",
@@ -35,8 +36,11 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
         {"role": "user", "content": "Hi"}]}) == ("chat", {"messages": [
             {"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]})
     assert prompt_of("messages", {"messages": []}) is None
-    assert prompt_of("messages", {"messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "data": "AA"}}]}]}) is None
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA"}}
+    assert prompt_of("messages", {"system": "S", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"}, image]}]}) == ("chat", {"messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]})
 
 
 def _turn(calls: int) -> dict[str, Any]:
@@ -67,3 +71,18 @@ async def test_an_agents_turns_route_together_and_count_tokens_is_relayed() -> N
     assert streamed.headers["x-prefixgate-replica"] == answers[0].headers["x-prefixgate-replica"]
     forwarded = [request for replica in replicas for request in replica.requests]
     assert forwarded[3] == _turn(3)  # the replica gets each request as sent
+
+
+async def test_messages_with_images_follow_their_system_prompt_counted_as_media() -> None:
+    replicas = [FakeReplica(name) for name in ("a", "b", "c")]
+    bodies = [{"model": "m", "max_tokens": 8, "system": SYSTEM, "messages": [
+        {"role": "user", "content": [
+            {"type": "text", "text": f"What is in picture {n}?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": f"{n}AAAA"}}]}]} for n in range(3)]
+    async with gateway(replicas, policy="prefix") as client:
+        answers = [await client.post("/v1/messages", json=body) for body in bodies]
+        metrics = (await client.get("/metrics")).text
+    assert len({answer.headers["x-prefixgate-replica"] for answer in answers}) == 1
+    assert all(int(answer.headers["x-prefixgate-matched-tokens"]) > 0 for answer in answers[1:])
+    assert _sample(metrics, "prefixgate_routing_fallbacks_total", reason="media") == 3
