@@ -1,4 +1,4 @@
-"""Every error the gateway answers with, rendered in OpenAI's shape.
+"""Every error the gateway answers with, rendered in OpenAI's shape (or Anthropic's).
 
     GatewayError (status, type, code)       -> {"error": {message, type, param, code}}
     ├── InvalidRequest      400 invalid_request_error   bad JSON, schema, render
@@ -9,6 +9,11 @@
     ├── RateLimited         429 RateLimitError          a per-key limit (with Retry-After)
     ├── NoHealthyReplica    503 ServiceUnavailableError (with Retry-After)
     └── UpstreamFailed      502 / 504                   every replica tried failed
+
+On vLLM's Anthropic Messages API routes (``Route.errors == "anthropic"``) they
+are rendered as vLLM renders that API's errors, ``{"type": "error", "error":
+{type, message}}``, but for ``InvalidRequest`` (a body that cannot be read,
+which vLLM's request validation answers in OpenAI's shape on every route).
 
 An error a replica answers with is not a GatewayError: its status and body
 are passed through unchanged. Engine errors (``engine.errors``) are turned
@@ -124,12 +129,22 @@ def error_body(status: int, message: str, type_: str, param: str | None = None,
                       "code": code if code is not None else status}}
 
 
-def error_response(exc: GatewayError) -> JSONResponse:
-    return JSONResponse(
-        error_body(exc.status, exc.message, exc.type, exc.param, exc.code),
-        status_code=exc.status,
-        headers=exc.headers,
-    )
+def anthropic_error_body(message: str, type_: str) -> dict[str, object]:
+    """An error as vLLM's Anthropic Messages API answers it (``translate_error_response``
+    in ``vllm/entrypoints/anthropic/api_router.py``): ``{"type": "error", "error": {type,
+    message}}``, the type the name vLLM gives the error (``NotFoundError``...)."""
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
+def error_response(exc: GatewayError, anthropic: bool = False) -> JSONResponse:
+    """``anthropic``: the request came to an Anthropic Messages API route, where vLLM
+    answers its errors in Anthropic's shape, but for a body it cannot read (its request
+    validation answers those in OpenAI's on every route): so does the gateway."""
+    if anthropic and not isinstance(exc, InvalidRequest):
+        body = anthropic_error_body(exc.message, exc.type)
+    else:
+        body = error_body(exc.status, exc.message, exc.type, exc.param, exc.code)
+    return JSONResponse(body, status_code=exc.status, headers=exc.headers)
 
 
 _STATUS_TYPES = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",

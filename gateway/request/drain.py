@@ -25,7 +25,7 @@ from typing import Protocol
 from starlette.responses import Response
 from starlette.types import Scope
 
-from gateway.errors import error_body
+from gateway.errors import anthropic_error_body, error_body
 from gateway.jsonresp import JSONResponse
 
 log = logging.getLogger("prefixgate.drain")
@@ -64,17 +64,20 @@ class Drain:
     def in_flight(self) -> int:
         return len(self._active)
 
-    def refusal(self, scope: Scope) -> Response | None:
-        """While draining: the answer to a request that must not start, else None."""
+    def refusal(self, scope: Scope, anthropic: bool = False) -> Response | None:
+        """While draining: the answer to a request that must not start, else None
+        (``anthropic``: in the Anthropic Messages API's error shape)."""
         if not self.draining:
             return None
         path = scope.get("path", "")
         if path == "/ready":
             return JSONResponse({"ready": False, "draining": True}, status_code=503)
         if scope.get("method") == "POST" and path.startswith("/v1/"):
+            body = (anthropic_error_body(DRAIN_MESSAGE, "ServiceUnavailableError") if anthropic
+                    else error_body(503, DRAIN_MESSAGE, "ServiceUnavailableError",
+                                    code="gateway_draining"))
             return JSONResponse(
-                error_body(503, DRAIN_MESSAGE, "ServiceUnavailableError", code="gateway_draining"),
-                status_code=503, headers={"retry-after": str(self.retry_after),
+                body, status_code=503, headers={"retry-after": str(self.retry_after),
                                           "connection": "close"})
         return None
 

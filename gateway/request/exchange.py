@@ -39,6 +39,7 @@ from policies.types import Decision, RouteRequest
 
 Routing = Literal["prefix", "load", "home"]
 BodyKind = Literal["json", "form", "none"]
+ErrorShape = Literal["openai", "anthropic"]
 FORM_FIELDS = ("model", "stream", "user")
 """The fields of a multipart form that routing reads (the form itself goes on unchanged)."""
 
@@ -60,6 +61,9 @@ class Route:
     method: str = "POST"
     body: BodyKind = "json"
     """``json`` (an object), ``form`` (multipart, forwarded as bytes), ``none``."""
+    errors: ErrorShape = "openai"
+    """The shape of the errors the gateway itself answers with on this route: vLLM's
+    Anthropic Messages API routes answer ``anthropic`` (``gateway.errors``)."""
 
 
 @dataclass(slots=True)

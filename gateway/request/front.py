@@ -72,19 +72,21 @@ class Front:
             await self.api(scope, receive, send)  # a WebSocket: FastAPI refuses it
             return
         counted = not scope["path"].startswith(UNCOUNTED_PATHS)
-        refusal = self.drain.refusal(scope)
+        match = self.table.match(scope)
+        anthropic = match.route is not None and match.route.errors == "anthropic"
+        refusal = self.drain.refusal(scope, anthropic)
         grant: Grant | None = None
         if refusal is None and self.keys is not None:
             try:
                 grant = self.keys.admit_request(scope["path"], Headers(scope=scope),
                                                 self.metrics_auth)
             except GatewayError as exc:
-                refusal = error_response(exc)
+                refusal = error_response(exc, anthropic)
         if refusal is not None:
             await self._answer(refusal, scope, receive, send, counted)
             return
         try:
-            await self._route(self.table.match(scope), grant, scope, receive, send, counted)
+            await self._route(match, grant, scope, receive, send, counted)
         finally:
             if grant is not None:
                 grant.release()
@@ -115,7 +117,7 @@ class Front:
         try:
             response = await self._exchange(exchange)
         except GatewayError as exc:
-            response = error_response(exc)
+            response = error_response(exc, route.errors == "anthropic")
         except ClientDisconnect:  # gone while its body was read: nobody to answer
             response = Response(status_code=499)
         except Exception:

@@ -1,7 +1,10 @@
 """What prompt a request body carries, as routing renders it.
 
 Chat bodies (``/v1/chat/completions``, ``/v1/chat/completions/render``) and
-completion bodies render as they are. A ``/v1/responses`` body is rendered
+completion bodies render as they are; a batch of chats
+(``/v1/chat/completions/batch``) as its first conversation, a token-in-token-out
+``/inference/v1/generate`` body as a completion of its ``token_ids``, SageMaker's
+``/invocations`` as the chat or completion its shape makes it. A ``/v1/responses`` body is rendered
 like the chat request vLLM turns it into: ``instructions`` as the system
 message, then ``input`` (a string is one user message; a list holds
 messages whose content is a string or ``input_text``/``output_text``
@@ -46,7 +49,28 @@ def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | N
         return "chat", chat
     if kind == "messages":
         return anthropic_chat(body)
+    if kind == "chat_batch":
+        return _first_conversation(body)
+    if kind == "generate":
+        ids = body.get("token_ids")
+        if not (isinstance(ids, list) and ids and all(map(_is_token, ids))):
+            return None
+        return "completions", {"prompt": ids, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
+    if kind == "invocations":  # SageMaker: vLLM serves the body by its shape
+        if "messages" in body:
+            return prompt_of("chat", body)
+        return prompt_of("completions", body) if "prompt" in body else None
     return None
+
+
+def _first_conversation(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """A batch of chats (``/v1/chat/completions/batch``: ``messages`` a list of
+    conversations) routes by its first one, as a batch of completions prompts does."""
+    batch = body.get("messages")
+    if not isinstance(batch, list) or not batch or not _is_chat(batch[0]):
+        return None
+    chat = {key: value for key, value in body.items() if key != "messages"}
+    return "chat", {**chat, "messages": batch[0]}
 
 
 _BILLING_HEADER = "x-anthropic-billing-header"
@@ -82,8 +106,9 @@ def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     tools = body.get("tools")
     if isinstance(tools, list) and tools:
         chat["tools"] = [_anthropic_tool(tool) for tool in tools]
-    if isinstance(body.get("chat_template_kwargs"), dict):
-        chat["chat_template_kwargs"] = body["chat_template_kwargs"]
+    for field in _CHAT_FIELDS:
+        if field in body:
+            chat[field] = body[field]
     return "chat", chat
 
 

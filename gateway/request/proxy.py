@@ -327,7 +327,8 @@ class Proxy:
 
         return RelayStream(upstream.chunks, upstream.status_code, headers, finish,
                            first=first, seen=observer.feed, drain=self.drain,
-                           disconnected=disconnected, pour=upstream.pour)
+                           disconnected=disconnected, pour=upstream.pour,
+                           anthropic=exchange.route.errors == "anthropic")
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

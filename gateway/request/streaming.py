@@ -27,7 +27,8 @@ the request and frees its KV blocks.
 
 An upstream failure after the first byte cannot be retried (the client has
 part of the answer), so it ends the stream with an OpenAI-shaped error event
-that the official client raises as an ``APIError``. So does the end of the
+that the official client raises as an ``APIError`` (on the Anthropic Messages
+API, the ``event: error`` Anthropic's SDKs raise). So does the end of the
 gateway's drain period (``cut``, see ``gateway.request.drain``): a stream is never
 left as a truncated body.
 """
@@ -47,7 +48,7 @@ from starlette.types import Receive, Scope, Send
 
 from engine.backends.base import Pour
 from engine.errors import EngineError
-from gateway.errors import error_body
+from gateway.errors import anthropic_error_body, error_body
 from gateway.request.drain import Drain
 
 BODY_WRITER = "prefixgate.body_writer"
@@ -69,8 +70,14 @@ class BodyWriter(Protocol):
         ...
 
 
-def error_event(status: int, message: str, type_: str, code: str) -> bytes:
-    """An OpenAI-shaped error as the last SSE event of a stream."""
+def error_event(status: int, message: str, type_: str, code: str,
+                anthropic: bool = False) -> bytes:
+    """An error as the last SSE event of a stream: OpenAI-shaped (a ``data:`` event the
+    official client raises as an ``APIError``), or, on the Anthropic Messages API, the
+    ``error`` event Anthropic's clients raise (an unnamed event they would skip)."""
+    if anthropic:
+        return (b"event: error\ndata: " + orjson.dumps(anthropic_error_body(message, type_))
+                + b"\n\n")
     return b"data: " + orjson.dumps(error_body(status, message, type_, code=code)) + b"\n\n"
 
 
@@ -112,10 +119,12 @@ class RelayStream(Response):
         drain: Drain | None = None,
         disconnected: asyncio.Future[None] | None = None,
         pour: Pour | None = None,
+        anthropic: bool = False,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.chunks = chunks
         self.pour = pour
+        self.anthropic = anthropic
         self.first = first
         self.seen = seen
         self.status_code = status_code
@@ -185,7 +194,8 @@ class RelayStream(Response):
         if self._cut and watcher not in done:
             await send({"type": "http.response.body", "more_body": False,
                         "body": error_event(503, "the gateway is shutting down: stream ended",
-                                            "ServiceUnavailableError", "gateway_draining")})
+                                            "ServiceUnavailableError", "gateway_draining",
+                                            self.anthropic)})
             return StreamCut("the drain period is over")
         return ConnectionAbortedError("client disconnected")
 
@@ -208,7 +218,7 @@ class RelayStream(Response):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
-                                  "BadGatewayError", "upstream_stream_broken")
+                                  "BadGatewayError", "upstream_stream_broken", self.anthropic)
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             raise
         await send({"type": "http.response.body", "body": b"", "more_body": False})

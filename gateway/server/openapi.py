@@ -16,7 +16,7 @@ generates its requests from this document.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -102,6 +102,11 @@ SCHEMAS: dict[str, JSON] = {
             "echo": {"type": "boolean"},
             "logprobs": {"type": "integer", "minimum": 0}}},
     "JSONObject": {"type": "object", "additionalProperties": True},
+    "AnthropicErrorResponse": {
+        "type": "object", "required": ["type", "error"],
+        "properties": {"type": {"type": "string", "enum": ["error"]}, "error": {
+            "type": "object", "required": ["type", "message"],
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}},
 }
 
 BODIES = {"/v1/chat/completions": "ChatCompletionRequest",
@@ -112,14 +117,22 @@ BODIES = {"/v1/chat/completions": "ChatCompletionRequest",
 """The routes whose body is described above; other POST routes take ``JSONObject``."""
 
 
-def build_openapi(app: FastAPI, relayed: Sequence[BaseRoute] = ()) -> JSON:
-    """``app``'s document, the ``relayed`` routes first (as the gateway matches them)."""
+def build_openapi(app: FastAPI, relayed: Sequence[BaseRoute] = (),
+                  anthropic: Collection[str] = ()) -> JSON:
+    """``app``'s document, the ``relayed`` routes first (as the gateway matches them);
+    on the ``anthropic`` paths the gateway's errors are Anthropic-shaped but for an
+    unreadable body (``gateway.errors``)."""
     schema = get_openapi(title=app.title, version=app.version, routes=[*relayed, *app.routes])
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(SCHEMAS)
-    error = {"description": "An OpenAI-shaped error",
-             "content": {"application/json": {"schema": _ref("ErrorResponse")}}}
+    openai = {"description": "An OpenAI-shaped error",
+              "content": {"application/json": {"schema": _ref("ErrorResponse")}}}
+    either = {"description": "An Anthropic-shaped error, or an OpenAI-shaped one for a body "
+                             "that cannot be read (as vLLM answers)",
+              "content": {"application/json": {"schema": {"anyOf": [
+                  _ref("AnthropicErrorResponse"), _ref("ErrorResponse")]}}}}
     for path, operations in schema.get("paths", {}).items():
+        error = either if path in anthropic else openai
         for method, operation in operations.items():
             operation.setdefault("responses", {})["4XX"] = error
             operation["responses"]["5XX"] = error
@@ -148,8 +161,10 @@ class DocumentedApi(FastAPI):
     def __init__(self, relayed: Sequence[Route], **options: Any) -> None:
         super().__init__(**options)
         self.relayed_operations = [relayed_operation(route) for route in relayed]
+        self.anthropic_paths = {route.path for route in relayed if route.errors == "anthropic"}
 
     def openapi(self) -> JSON:
         if self.openapi_schema is None:
-            self.openapi_schema = build_openapi(self, self.relayed_operations)
+            self.openapi_schema = build_openapi(self, self.relayed_operations,
+                                                self.anthropic_paths)
         return self.openapi_schema

@@ -1,9 +1,13 @@
 """Every route of vLLM's OpenAI server that the gateway relays, and how each is routed.
 
 Checked against vLLM 0.32's routers (``vllm/entrypoints/openai/*/api_router.py``,
-``pooling/*``, ``speech_to_text/*``, ``serve/tokenize``, and the Anthropic Messages
+``pooling/*``, ``speech_to_text/*``, ``serve/tokenize``, the Anthropic Messages
 API of ``vllm/entrypoints/anthropic/api_router.py``, registered on every server that
-generates). One table, one
+generates, ``scale_out/*`` (render, derender, token-in-token-out: a 403 unless vLLM
+runs with ``--enable-scale-out``), ``generate/*``, ``serve/sagemaker``). Not relayed:
+the operator's routes that act on one engine (``/sleep``, ``/pause``, weight updates,
+profiling, ``/reset_prefix_cache``), Cohere's chat (opt-in, ``VLLM_ENABLE_COHERE_API``)
+and the realtime WebSocket (speech models). One table, one
 handler (``api.build_router``'s ``routed``): each route is read, parsed,
 routed and forwarded the same way — failover before the first byte, the
 replica lease, metrics and the request log (``gateway.request.proxy``), a stream
@@ -27,9 +31,16 @@ PREFIX_ROUTES = (
     Route("chat", "/v1/chat/completions/render"),
     Route("completions", "/v1/completions/render"),
     Route("responses", "/v1/responses/render"),
-    Route("messages", "/v1/messages"),
+    Route("messages", "/v1/messages", errors="anthropic"),
+    Route("messages", "/v1/messages/render", errors="anthropic"),
+    Route("chat_batch", "/v1/chat/completions/batch"),
+    Route("generate", "/inference/v1/generate"),
+    Route("invocations", "/invocations"),
 )
-"""Generation and render routes: by the prompt's cached blocks."""
+"""Generation and render routes: by the prompt's cached blocks (a batch of chats by its
+first conversation; token-in-token-out ``generate`` by its ``token_ids``; SageMaker's
+``/invocations`` by the shape vLLM serves it as: ``messages`` a chat, ``prompt`` a
+completion, anything else by load)."""
 
 HOME_ROUTES = (
     Route("responses", "/v1/responses/{response_id}", routing="home", method="GET",
@@ -41,7 +52,11 @@ HOME_ROUTES = (
 LOAD_ROUTES = (
     Route("tokenize", "/tokenize", routing="load"),
     Route("detokenize", "/detokenize", routing="load"),
-    Route("tokenize", "/v1/messages/count_tokens", routing="load"),
+    Route("tokenize", "/v1/messages/count_tokens", routing="load", errors="anthropic"),
+    Route("detokenize", "/v1/chat/completions/derender", routing="load"),
+    Route("detokenize", "/v1/completions/derender", routing="load"),
+    Route("score", "/generative_scoring", routing="load"),
+    Route("decisions", "/v1/systemone", routing="load"),
     Route("embeddings", "/v1/embeddings", routing="load"),
     Route("embeddings", "/v2/embed", routing="load"),
     Route("pooling", "/pooling", routing="load"),

@@ -191,6 +191,51 @@ def test_anthropic_messages_answer_as_vllm_and_follow_their_system_prompt(
     assert counted.status_code == 200 and counted.json()["input_tokens"] >= 128
 
 
+def test_vllm_032s_newer_routes_answer_as_vllm(real_gateway: GatewayProcess,
+                                               vllm_pair: list[LocalReplica]) -> None:
+    """A batch of chats (routed by its first conversation, onto the replica that holds
+    it: a real hit by the replica's counter), and the routes vLLM 0.32 serves or refuses
+    by its flags (scale-out render, token-in-token-out, generative scoring): the gateway
+    answers what vLLM answers. And the gateway's own error on the Messages API is in the
+    shape vLLM's is."""
+    conversation = [{"role": "system", "content": SYSTEM},
+                    {"role": "user", "content": "Where is my parcel?"}]
+    first = httpx.post(real_gateway.url + "/v1/chat/completions", timeout=120, json={
+        "model": MODEL, "max_tokens": 2, "messages": conversation})
+    home = first.headers["x-prefixgate-replica"]
+    replica = next(r for r in vllm_pair if r.info.replica_id == home)
+    batch = {"model": MODEL, "max_tokens": 2,
+             "messages": [conversation, [{"role": "user", "content": "Hi"}]]}
+    before = hits(replica)
+    through = httpx.post(real_gateway.url + "/v1/chat/completions/batch", json=batch,
+                         timeout=120)
+    direct = httpx.post(replica.info.base_url + "/v1/chat/completions/batch", json=batch,
+                        timeout=120)
+    assert through.status_code == direct.status_code, (through.text, direct.text)
+    if direct.status_code == 200:
+        assert [c["index"] for c in through.json()["choices"]] == [0, 1]
+        assert through.headers["x-prefixgate-replica"] == home
+        assert hits(replica) - before >= 128
+    else:
+        print(f"\nvLLM answers /v1/chat/completions/batch {direct.status_code}")
+    for path, body in [("/v1/messages/render", {"max_tokens": 4, "messages": conversation[1:]}),
+                       ("/inference/v1/generate", {"token_ids": [1, 2, 3],
+                                                   "sampling_params": {"max_tokens": 2}}),
+                       ("/v1/completions/derender", {"token_ids": [1, 2]}),
+                       ("/generative_scoring", {"query": "q"})]:
+        through = httpx.post(real_gateway.url + path, json={"model": MODEL, **body}, timeout=120)
+        direct = httpx.post(replica.info.base_url + path, json={"model": MODEL, **body},
+                            timeout=120)
+        assert through.status_code == direct.status_code != 404, (path, through.text)
+        assert through.json() == direct.json(), path
+    ask = {"model": "no-such-model", "max_tokens": 4, "messages": conversation[1:]}
+    ours = httpx.post(real_gateway.url + "/v1/messages", json=ask, timeout=120)
+    theirs = httpx.post(replica.info.base_url + "/v1/messages", json=ask, timeout=120)
+    assert ours.status_code == theirs.status_code == 404
+    assert set(ours.json()) == set(theirs.json()) == {"type", "error"}
+    assert set(ours.json()["error"]) == set(theirs.json()["error"]) == {"type", "message"}
+
+
 def test_precise_follows_kv_events_and_forgets_evictions(events_only_gateway: GatewayProcess,
                                                          vllm_pair: list[LocalReplica]) -> None:
     # Speculation (the blocks the gateway routed itself, until a TTL passes)

@@ -3,9 +3,17 @@ the gateway: relayed as vLLM serves it, and routed on the chat request vLLM rend
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import anthropic
+import httpx
+import httpx2
+import pytest
+
 from gateway.request.prompt_shapes import prompt_of
+from tests.support.api_keys import write_keys
 
 from .fake_replica import FakeReplica
 from .test_gateway_core import gateway
@@ -41,6 +49,14 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
         {"type": "text", "text": "What is this?"}, image]}]}) == ("chat", {"messages": [
             {"role": "system", "content": "S"},
             {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]})
+
+
+def sdk(client: httpx.AsyncClient, key: str = "x") -> anthropic.AsyncAnthropic:
+    """Anthropic's official SDK against the gateway app in this process (the SDK brings
+    its own HTTP package, httpx2)."""
+    transport = httpx2.ASGITransport(app=client.app)  # type: ignore[attr-defined]
+    return anthropic.AsyncAnthropic(base_url="http://gw", api_key=key, max_retries=0,
+                                    http_client=httpx2.AsyncClient(transport=transport))
 
 
 def _turn(calls: int) -> dict[str, Any]:
@@ -86,3 +102,56 @@ async def test_messages_with_images_follow_their_system_prompt_counted_as_media(
     assert len({answer.headers["x-prefixgate-replica"] for answer in answers}) == 1
     assert all(int(answer.headers["x-prefixgate-matched-tokens"]) > 0 for answer in answers[1:])
     assert _sample(metrics, "prefixgate_routing_fallbacks_total", reason="media") == 3
+
+
+async def test_the_gateways_own_errors_on_the_messages_api_are_anthropic_shaped() -> None:
+    """An unknown model, a missing key, a replica that dies mid-stream: Anthropic's shape
+    on its routes (the official SDK raises with the message; a stream's error is the
+    ``error`` event it reads, not an unnamed one it would skip), OpenAI's elsewhere and
+    for a body that is not JSON (vLLM's request validation answers that in OpenAI's)."""
+    replica = FakeReplica("a", chunks=4, break_stream_after=2)
+    async with gateway([replica], policy="prefix") as client:
+        unknown = await client.post("/v1/messages", json={**_turn(0), "model": "nope"})
+        counted = await client.post("/v1/messages/count_tokens",
+                                    json={"model": "nope", "messages": _turn(0)["messages"]})
+        chat = await client.post("/v1/chat/completions", json={
+            "model": "nope", "messages": [{"role": "user", "content": "hi"}]})
+        unreadable = await client.post("/v1/messages", content=b"{not json",
+                                       headers={"content-type": "application/json"})
+        broken = await client.post("/v1/messages", json={**_turn(0), "stream": True})
+        with pytest.raises(anthropic.NotFoundError) as raised:
+            await sdk(client).messages.create(**{**_turn(0), "model": "nope"})
+    for answer in (unknown, counted):
+        assert answer.status_code == 404
+        assert answer.json() == {"type": "error", "error": {
+            "type": "NotFoundError", "message": unknown.json()["error"]["message"]}}
+    assert "nope" in unknown.json()["error"]["message"]
+    assert "nope" in raised.value.message
+    assert set(chat.json()["error"]) == {"message", "type", "param", "code"}
+    assert unreadable.status_code == 400 and set(unreadable.json()["error"]) == {
+        "message", "type", "param", "code"}
+    assert broken.status_code == 200
+    *_, last = broken.text.rstrip("\n").split("\n\n")
+    event, data = last.split("\n")
+    assert event == "event: error"
+    error = json.loads(data.removeprefix("data: "))
+    assert error["type"] == "error" and "mid-stream" in error["error"]["message"]
+
+
+async def test_gateway_refusals_before_routing_are_anthropic_shaped_on_its_routes(
+        tmp_path: Path) -> None:
+    """A missing key: Anthropic's error on /v1/messages (the SDK raises
+    AuthenticationError with the gateway's message), OpenAI's on chat."""
+    keys = write_keys(tmp_path / "keys.yaml", [{"key": "sk-alpha-0001", "tenant": "alpha"}])
+    replica = FakeReplica("a")
+    async with gateway([replica], api_keys=keys, tenant_salt_secret="s") as client:
+        refused = await client.post("/v1/messages", json=_turn(0))
+        chat = await client.post("/v1/chat/completions", json={
+            "model": "m", "messages": [{"role": "user", "content": "hi"}]})
+        with pytest.raises(anthropic.AuthenticationError):
+            await sdk(client, "sk-wrong").messages.create(**_turn(0))
+        answer = await sdk(client, "sk-alpha-0001").messages.with_raw_response.create(**_turn(0))
+    assert refused.status_code == 401 and refused.json()["type"] == "error"
+    assert refused.json()["error"]["type"] == "AuthenticationError"
+    assert chat.status_code == 401 and "param" in chat.json()["error"]
+    assert answer.status_code == 200  # x-api-key, as the SDK sends it

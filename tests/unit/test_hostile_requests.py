@@ -83,6 +83,10 @@ async def test_the_openapi_document_describes_the_routed_bodies() -> None:
     assert "messages" in schemas["ChatCompletionRequest"]["required"]
     assert "prompt" in schemas["CompletionRequest"]["properties"]
     assert "4XX" in chat["responses"] and "/health" in document["paths"]
+    messages = document["paths"]["/v1/messages"]["post"]["responses"]["4XX"]
+    shapes = messages["content"]["application/json"]["schema"]["anyOf"]
+    assert [shape["$ref"].rsplit("/", 1)[1] for shape in shapes] == [
+        "AnthropicErrorResponse", "ErrorResponse"]
 
 
 async def test_a_deep_body_without_model_gets_the_model_added_as_sent() -> None:
