@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from engine.sim.admin_routes import build_admin_router
+from engine.sim.anthropic_route import build_anthropic_router
 from engine.sim.config import SimConfig
 from engine.sim.openai_routes import build_openai_router
 from engine.sim.pooling_routes import build_pooling_router
@@ -57,5 +58,6 @@ def create_sim_app(config: SimConfig) -> FastAPI:
     app.include_router(build_openai_router(runtime))
     app.include_router(build_admin_router(runtime))
     app.include_router(build_responses_router(runtime))
+    app.include_router(build_anthropic_router(runtime))
     app.include_router(build_pooling_router(runtime))
     return app
