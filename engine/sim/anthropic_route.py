@@ -20,8 +20,9 @@ prefix cache, scheduler and KV events):
 The answer goes back the other way: a message with ``text`` and ``tool_use``
 blocks (an empty text block when there is nothing else), ``stop_reason``
 ``end_turn``/``max_tokens``/``stop_sequence``/``tool_use``, and usage split as
-Anthropic does (``input_tokens`` the prompt less what the prefix cache held,
-``cache_read_input_tokens`` that part); a stream sends ``message_start``, a
+Anthropic does (``cache_read_input_tokens`` what the prefix cache held,
+``cache_creation_input_tokens`` what the prefill wrote to it, ``input_tokens`` the
+rest); a stream sends ``message_start``, a
 ``content_block_start``/``delta``/``stop`` run per block, ``message_delta``
 with the stop reason and usage, and ``message_stop``.
 
@@ -190,9 +191,9 @@ def anthropic_usage(usage: dict[str, Any] | None) -> dict[str, Any]:
            "output_tokens": usage.get("completion_tokens") or 0}
     details = usage.get("prompt_tokens_details")
     if isinstance(details, dict) and details.get("cached_tokens") is not None:
-        cached = details["cached_tokens"]
-        out.update(input_tokens=max(0, out["input_tokens"] - cached),
-                   cache_creation_input_tokens=0, cache_read_input_tokens=cached)
+        cached, created = details["cached_tokens"], details.get("created_cache_tokens") or 0
+        out.update(input_tokens=max(0, out["input_tokens"] - cached - created),
+                   cache_creation_input_tokens=created, cache_read_input_tokens=cached)
     return out
 
 

@@ -145,7 +145,8 @@ async def answer_chat(runtime: SimRuntime, request: Request, body: dict[str, Any
             for choice in choices
         ],
         responses.usage(
-            len(prompt), sum(choice.num_tokens for choice in choices), cached.get(0, 0)
+            len(prompt), sum(choice.num_tokens for choice in choices), cached.get(0, 0),
+            responses.created_cache_tokens(len(prompt), cached.get(0, 0), config.block_size),
         ),
     )
     return json_response(payload)
@@ -207,7 +208,9 @@ async def _stream_chat(
             )
         if sampling.include_usage:
             usage = responses.usage(
-                prompt_tokens, sum(choice.num_tokens for choice in choices), cached or 0
+                prompt_tokens, sum(choice.num_tokens for choice in choices), cached or 0,
+                responses.created_cache_tokens(prompt_tokens, cached or 0,
+                                               runtime.config.block_size),
             )
             yield responses.usage_chunk(request_id, created, model, "chat.completion.chunk", usage)
         yield responses.SSE_DONE

@@ -25,8 +25,11 @@ Checked against ``vllm/entrypoints/openai/chat_completion/{protocol,serving}.py`
   completions ``{text_offset, token_logprobs, tokens, top_logprobs}``
   (``engine.sim.logprobs``).
 
-Unlike vLLM, ``prompt_tokens_details.cached_tokens`` is always reported
-(vLLM needs ``--enable-prompt-tokens-details`` and omits a zero count).
+``prompt_tokens_details`` is always reported, as vLLM 0.32 does with
+``--enable-prompt-tokens-details`` (the launch profiles turn it on):
+``cached_tokens`` (the prefix cache's hit) and, on chat,
+``created_cache_tokens`` (what the prefill wrote to it: ``created_cache_tokens``
+below).
 """
 
 from __future__ import annotations
@@ -36,15 +39,29 @@ from typing import Any
 import orjson
 
 
-def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int | None,
+          created_tokens: int | None = None) -> dict[str, Any]:
+    details: dict[str, Any] | None = None
+    if cached_tokens is not None:
+        details = {"cached_tokens": cached_tokens}
+        if created_tokens is not None:
+            details["created_cache_tokens"] = created_tokens
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": None
-        if cached_tokens is None
-        else {"cached_tokens": cached_tokens},
+        "prompt_tokens_details": details,
     }
+
+
+def created_cache_tokens(prompt_tokens: int, cached_tokens: int, block_size: int) -> int:
+    """What vLLM 0.32 reports on chat as ``created_cache_tokens`` (Anthropic's
+    ``cache_creation_input_tokens``): the prompt's tokens in full blocks, which its
+    prefill leaves in the prefix cache, less those it found there. Seen on vLLM 0.32 on
+    CPU (128-token blocks): a new 384-token chat prompt 384, the same again 128 (256
+    found: a hit never reaches the last token, so its block is written again); 256 of a
+    new 257-token one. vLLM's completions leave it unset."""
+    return max(0, prompt_tokens // block_size * block_size - cached_tokens)
 
 
 SYSTEM_FINGERPRINT = "vllm-0.32.0-5e1a7c0d"

@@ -50,6 +50,8 @@ def test_a_follow_up_reads_its_system_prompt_from_the_replicas_cache(
     assert answer.type == "message" and answer.role == "assistant"
     assert answer.content[0].type == "text" and answer.stop_reason == "max_tokens"
     assert answer.usage.output_tokens == 8
+    written = answer.usage.cache_creation_input_tokens  # a new prompt: its full blocks
+    assert answer.usage.cache_read_input_tokens == 0 and written is not None and written >= 128
     billed = [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1; cch=9f3e1;"},
               {"type": "text", "text": SYSTEM}]  # Claude Code's per-request block, left out
     again = claude.messages.with_raw_response.create(
@@ -59,10 +61,15 @@ def test_a_follow_up_reads_its_system_prompt_from_the_replicas_cache(
     assert again.headers["x-prefixgate-replica"] == first.headers["x-prefixgate-replica"]
     matched = int(again.headers["x-prefixgate-matched-tokens"])
     assert matched >= 128 and usage.cache_read_input_tokens == matched
-    total = usage.input_tokens + usage.cache_read_input_tokens
+    assert usage.cache_read_input_tokens is not None
+    total = (usage.input_tokens + usage.cache_read_input_tokens
+             + (usage.cache_creation_input_tokens or 0))
     counted = claude.messages.count_tokens(model=MODEL, system=SYSTEM, messages=[
         {"role": "user", "content": "And my refund?"}])
     assert counted.input_tokens == total
+    first_total = claude.messages.count_tokens(model=MODEL, system=SYSTEM, messages=[
+        {"role": "user", "content": "Where is my order?"}]).input_tokens
+    assert answer.usage.input_tokens + written == first_total
 
 
 def test_a_stream_is_anthropics_events_with_usage_at_its_end(
