@@ -218,11 +218,12 @@ def test_vllm_032s_newer_routes_answer_as_vllm(real_gateway: GatewayProcess,
         assert hits(replica) - before >= 128
     else:
         print(f"\nvLLM answers /v1/chat/completions/batch {direct.status_code}")
-    for path, body in [("/v1/messages/render", {"max_tokens": 4, "messages": conversation[1:]}),
-                       ("/inference/v1/generate", {"token_ids": [1, 2, 3],
-                                                   "sampling_params": {"max_tokens": 2}}),
-                       ("/v1/completions/derender", {"token_ids": [1, 2]}),
-                       ("/generative_scoring", {"query": "q"})]:
+    routes: list[tuple[str, dict[str, Any]]] = [
+        ("/v1/messages/render", {"max_tokens": 4, "messages": conversation[1:]}),
+        ("/inference/v1/generate", {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}}),
+        ("/v1/completions/derender", {"token_ids": [1, 2]}),
+        ("/generative_scoring", {"query": "q"})]
+    for path, body in routes:
         through = httpx.post(real_gateway.url + path, json={"model": MODEL, **body}, timeout=120)
         direct = httpx.post(replica.info.base_url + path, json={"model": MODEL, **body},
                             timeout=120)
