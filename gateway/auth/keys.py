@@ -32,7 +32,7 @@ grant to the request's exchange and releases it after the answer's last byte):
    charged when the body has been read, :meth:`Grant.charge`): a bucket of that many tokens. The
    charge up front is an estimate, one token per 4 bytes of the request
    body plus ``max_tokens`` (or ``max_completion_tokens``; 256 when neither is
-   set) times ``n``; when the answer is complete it is corrected to the
+   set) times ``n`` (and times the conversations of a batch of chats); when the answer is complete it is corrected to the
    replica's ``usage`` (prompt + completion tokens); a request refused before
    any replica was tried (unknown model, no healthy replica) costs nothing.
    Without a ``usage`` otherwise (a stream without
@@ -393,6 +393,9 @@ def estimate_tokens(data: Mapping[str, Any], body_bytes: int) -> int:
     choices = data.get("n")
     output = output if isinstance(output, int) and output > 0 else DEFAULT_OUTPUT_TOKENS
     choices = choices if isinstance(choices, int) and choices > 0 else 1
+    batch = data.get("messages")
+    if isinstance(batch, list) and batch and isinstance(batch[0], list):
+        choices *= len(batch)  # a batch of chats: each conversation its own answer
     return math.ceil(body_bytes / BYTES_PER_TOKEN) + output * choices
 
 

@@ -288,3 +288,20 @@ async def test_tokens_are_charged_up_front_and_settled_from_usage(tmp_path: Path
                                  headers=bearer("sk-tokens-001"))
     assert huge.status_code == 429
     assert huge.json()["error"]["type"] == "RateLimitError"
+
+
+async def test_a_batch_of_chats_is_charged_for_every_conversations_answer(
+        tmp_path: Path) -> None:
+    # Eight conversations of max_tokens 200 may generate 1,600 tokens: over the budget.
+    keys: list[KeyFileEntry] = [{"key": "sk-tokens-001", "tenant": "t", "tokens_per_minute": 1000}]
+    one = [{"role": "user", "content": "hi"}]
+    body = {"model": "m", "max_tokens": 200}
+    async with gateway(FakeReplica("r"), write_keys(tmp_path / "k.yaml", keys)) as client:
+        small = await client.post("/v1/chat/completions/batch",
+                                  json={**body, "messages": [one, one]},
+                                  headers=bearer("sk-tokens-001"))
+        large = await client.post("/v1/chat/completions/batch",
+                                  json={**body, "messages": [one] * 8},
+                                  headers=bearer("sk-tokens-001"))
+    assert small.status_code == 200
+    assert large.status_code == 429, large.text
