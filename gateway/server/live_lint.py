@@ -70,8 +70,10 @@ this, its header says what the linter already knew at once."""
 _Item = tuple[str, Mapping[str, Any], str | None, list[TextField]]
 
 
-LINTED_ROUTES = frozenset({"chat", "responses", "messages"})
-"""Routes whose prompt renders as a chat request (``gateway.request.prompt_shapes``)."""
+LINTED_ROUTES = frozenset({"chat", "responses", "messages", "chat_batch", "invocations"})
+"""Routes whose prompt renders as a chat request (``gateway.request.prompt_shapes``): a
+batch of chats is judged by its first conversation, SageMaker's invocations when they
+hold a chat."""
 
 
 def is_linted(exchange: Exchange) -> bool:

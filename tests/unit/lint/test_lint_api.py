@@ -239,3 +239,19 @@ async def test_responses_api_instructions_are_linted_as_a_system_prompt(
         second = await client.post("/v1/responses", json={**turn, "input": turn["input"][:1]})
     assert first.status_code == 200 and second.status_code == 200
     assert second.headers["x-prefixgate-lint"] == "1"
+
+
+async def test_a_batch_of_chats_is_linted_by_its_first_conversation(qwen_dir: str) -> None:
+    """vLLM 0.32's batch of chats: a clock in the first conversation's system prompt is
+    found and named in the batch's answer header, as on a chat request (routing reads the
+    same conversation)."""
+    batch = {"model": "m", "max_tokens": 4, "messages": [CHAT["messages"], CHAT["messages"]]}
+    async with gateway(qwen_dir) as client:
+        await client.post("/v1/chat/completions/batch", json=batch)
+
+        async def linted() -> bool:
+            return 'prefixgate_lint_findings_total{kind="timestamp"} 1.0' in (
+                await client.get("/metrics")).text
+        await eventually_async(linted, what="the batch's first conversation linted")
+        again = await client.post("/v1/chat/completions/batch", json=batch)
+    assert again.status_code == 200 and again.headers["x-prefixgate-lint"] == "1"
