@@ -2,21 +2,30 @@
 ``POST /v1/responses/{id}/cancel``, as vLLM 0.32 serves them with
 ``VLLM_ENABLE_RESPONSES_API_STORE=1`` (``vllm/entrypoints/openai/responses``).
 
-* The request's ``instructions`` and ``input`` (a string, or message items
-  whose content is a string or ``input_text``/``output_text`` parts) are
-  rendered as a chat prompt, after the stored conversation of
-  ``previous_response_id`` when one is named; an unknown id is vLLM's 404
-  ``Response with id '...' not found.`` (``param`` ``response_id``).
-* The answer is vLLM's ``ResponsesResponse``: ``id`` ``resp_...``,
-  ``object: "response"``, ``status: "completed"``, one ``message`` output
-  item with an ``output_text`` part, ``usage`` with ``input_tokens``,
-  ``output_tokens``, ``total_tokens`` and their details.
+* The request's ``instructions`` and ``input`` (a string, or items: messages
+  whose content is a string or ``input_text``/``output_text`` parts, an
+  agent's ``function_call`` and ``function_call_output`` items as the chat
+  tool calls and tool messages they stand for, ``reasoning`` items left out)
+  are rendered as a chat prompt with the request's function ``tools``, after
+  the stored conversation of ``previous_response_id`` when one is named; an
+  unknown id is vLLM's 404 ``Response with id '...' not found.`` (``param``
+  ``response_id``).
+* The answer is planned as a chat answer is (``engine.sim.answers``: text, or
+  calls of the function tools by ``tool_choice``) and is vLLM's
+  ``ResponsesResponse``: ``id`` ``resp_...``, ``object: "response"``,
+  ``status: "completed"``, a ``message`` output item with an ``output_text``
+  part and/or one ``function_call`` item per call (``call_id``, ``name``,
+  JSON ``arguments``), ``usage`` with ``input_tokens``, ``output_tokens``,
+  ``total_tokens`` and their details.
 * A stream is vLLM's SSE events (``event: <type>`` then ``data: {...}``),
   numbered by ``sequence_number``: ``response.created``,
   ``response.in_progress``, ``response.output_item.added``,
   ``response.content_part.added``, one ``response.output_text.delta`` per
   token, ``response.output_text.done``, ``response.content_part.done``,
-  ``response.output_item.done``, ``response.completed``.
+  ``response.output_item.done``, ``response.completed``; a function call is
+  its own item: ``response.output_item.added``,
+  ``response.function_call_arguments.delta`` per token,
+  ``response.function_call_arguments.done``, ``response.output_item.done``.
 * Unless ``store`` is false the response and its conversation are kept in
   this server's memory (bounded; the oldest are forgotten), which is why a
   follow-up must come back to the same replica. Cancelling a finished
@@ -35,15 +44,19 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from engine.sim.answers import parse_output_rules
+from engine.sim.chat_choice import ChatChoice
+from engine.sim.chat_route import plan_choices
 from engine.sim.protocol import SimError, bad_request, check_length, parse_sampling
-from engine.sim.route_io import ChoiceResult, collect, json_response, output_spec, read_json
+from engine.sim.request import TokenEvent
+from engine.sim.route_io import collect_events, json_response, output_spec, read_json
 from engine.sim.runtime import Generation, SimRuntime
 from policies.lru import LRU
 
 STORE_CAPACITY = 10_000
 
-Finish = Callable[[str, dict[str, Any]], dict[str, Any]]
-"""The finished response from its text and usage (stored on the way)."""
+Finish = Callable[[dict[str, Any]], dict[str, Any]]
+"""The finished response from its usage (stored on the way)."""
 
 
 @dataclass(slots=True)
@@ -58,7 +71,16 @@ def not_found(response_id: str) -> SimError:
                     "invalid_request_error", "response_id")
 
 
+def _text(content: Any) -> Any:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content
+
+
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """``instructions`` and ``input`` as chat messages: message items as they are, an
+    agent's ``function_call`` items as the assistant's tool calls and its
+    ``function_call_output`` items as tool messages (``reasoning`` items left out)."""
     messages: list[dict[str, Any]] = []
     if isinstance(body.get("instructions"), str):
         messages.append({"role": "system", "content": body["instructions"]})
@@ -68,19 +90,64 @@ def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
     if not isinstance(given, list):
         raise bad_request("input: Input should be a valid string or list of items", "input")
     for item in given:
-        if not isinstance(item, dict) or not isinstance(item.get("role"), str):
-            raise bad_request("input: each item must be a message with a role", "input")
-        content = item.get("content")
-        if isinstance(content, list):
-            content = "".join(str(part.get("text", "")) for part in content
-                              if isinstance(part, dict))
-        messages.append({"role": item["role"], "content": content})
+        kind = item.get("type") if isinstance(item, dict) else None
+        if kind == "function_call":
+            call = {"id": str(item.get("call_id", "")), "type": "function", "function": {
+                "name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
+                             "content": _text(item.get("output", ""))})
+        elif kind == "reasoning":
+            continue
+        elif isinstance(item, dict) and isinstance(item.get("role"), str):
+            messages.append({"role": item["role"], "content": _text(item.get("content"))})
+        else:
+            raise bad_request("input: each item must be a message with a role, a "
+                              "function_call, a function_call_output or reasoning", "input")
     return messages
 
 
+def chat_tools(body: dict[str, Any]) -> dict[str, Any]:
+    """The request's function ``tools`` and ``tool_choice`` in chat's form (what the answer
+    planner reads; built-in tools have no simulated form and are left out)."""
+    tools = [{"type": "function", "function": {
+        "name": tool.get("name"), "description": tool.get("description"),
+        "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}}
+        for tool in body.get("tools") or [] if isinstance(tool, dict)
+        and tool.get("type") == "function"]
+    if not tools:
+        return {}
+    choice = body.get("tool_choice", "auto")
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        choice = {"type": "function", "function": {"name": choice.get("name")}}
+    return {"tools": tools, "tool_choice": choice}
+
+
+def output_items(response_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+    """An answer's chat message as vLLM's output items: its text a ``message`` item, each
+    tool call a ``function_call`` item."""
+    items = []
+    if message.get("content"):
+        items.append(message_item(response_id, message["content"], "completed"))
+    for call in message.get("tool_calls") or []:
+        items.append(function_call_item(call["id"], call["function"]["name"],
+                                        call["function"]["arguments"], "completed"))
+    return items
+
+
+def function_call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"id": f"fc_{call_id.rsplit('-', 1)[-1]}", "type": "function_call",
+            "call_id": call_id, "name": name, "arguments": arguments, "status": status}
+
+
 def response_object(response_id: str, body: dict[str, Any], model: str, created: int,
-                    status: str, text: str | None, usage: dict[str, Any] | None) -> dict[str, Any]:
-    output = [] if text is None else [message_item(response_id, text, "completed")]
+                    status: str, output: list[dict[str, Any]],
+                    usage: dict[str, Any] | None) -> dict[str, Any]:
     return {
         "id": response_id, "created_at": created, "incomplete_details": None,
         "instructions": body.get("instructions"), "metadata": body.get("metadata"),
@@ -126,40 +193,48 @@ def build_responses_router(runtime: SimRuntime) -> APIRouter:
         sampling = parse_sampling(body, chat=False)
         runtime.check_model(sampling.model)
         messages = input_messages(body)
+        tools = chat_tools(body)
+        rules = parse_output_rules(tools)
         previous = body.get("previous_response_id")
         if previous is not None:
             stored = store.get(str(previous))
             if stored is None:
                 raise not_found(str(previous))
             messages = stored.messages + messages
-        prompt = await runtime.chat_token_ids({"messages": messages}, size)
+        prompt = await runtime.chat_token_ids({"messages": messages, **tools}, size)
         max_tokens = check_length(len(prompt), body.get("max_output_tokens"),
                                   config.max_model_len)
+        plans, keys = plan_choices(rules, messages, sampling, prompt, config.seed)
+        choice = ChatChoice(0, plans[0], None, keys[0])
         response_id = "resp_" + uuid.uuid4().hex
         created = int(time.time())
         generation = runtime.submit(response_id, prompt, output_spec(sampling, max_tokens), 1,
-                                    sampling.cache_salt)
+                                    sampling.cache_salt, scripts=[plans[0].script])
         keep = body.get("store", True) is not False
 
-        def finished(text: str, usage: dict[str, Any]) -> dict[str, Any]:
+        def finished(usage: dict[str, Any]) -> dict[str, Any]:
+            message = choice.message()
             answer = response_object(response_id, body, model_name, created, "completed",
-                                     text, usage)
+                                     output_items(response_id, message), usage)
             if keep:
-                store.put(response_id, Stored(answer, [
-                    *messages, {"role": "assistant", "content": text}]))
+                said = {key: value for key, value in message.items()
+                        if key in ("role", "content", "tool_calls") and value}
+                store.put(response_id, Stored(answer, [*messages, {"content": None, **said}]))
             return answer
 
         if sampling.stream:
             start = response_object(response_id, body, model_name, created, "in_progress",
-                                    None, None)
-            return StreamingResponse(_stream(runtime, generation, response_id, start, finished),
-                                     media_type="text/event-stream")
-        choices = [ChoiceResult()]
-        cached = await collect(request, runtime, [generation], choices)
+                                    [], None)
+            return StreamingResponse(_stream(runtime, generation, response_id, choice, start,
+                                             finished), media_type="text/event-stream")
+        def feed(event: TokenEvent) -> None:
+            choice.feed(event)
+
+        cached = await collect_events(request, runtime, [generation], 1, feed)
         if cached is None:
             return json_response({"error": "client disconnected"}, 499)
-        usage = response_usage(len(prompt), choices[0].num_tokens, cached.get(0, 0))
-        return json_response(finished(choices[0].text, usage))
+        return json_response(finished(response_usage(len(prompt), choice.num_tokens,
+                                                     cached.get(0, 0))))
 
     @router.get("/v1/responses/{response_id}")
     async def retrieve(response_id: str) -> Response:
@@ -183,38 +258,81 @@ def build_responses_router(runtime: SimRuntime) -> APIRouter:
 
 
 async def _stream(runtime: SimRuntime, generation: Generation, response_id: str,
-                  start: dict[str, Any], finished: Finish) -> AsyncIterator[bytes]:
+                  choice: ChatChoice, start: dict[str, Any],
+                  finished: Finish) -> AsyncIterator[bytes]:
+    """vLLM's events: the text in a ``message`` item (``output_text`` deltas), each tool
+    call in a ``function_call`` item (``function_call_arguments`` deltas), each item added,
+    filled and done in turn, then ``response.completed``."""
     sequence = iter(range(1 << 30))
-    item_id = f"msg_{response_id[5:]}"
-    text, tokens, cached = "", 0, 0
+    message_id = f"msg_{response_id[5:]}"
+    text, cached, index = "", 0, -1
+    open_item: dict[str, Any] | None = None  # the item being streamed
+    part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": [],
+                            "logprobs": None}
 
     def event(kind: str, **fields: Any) -> bytes:
         return sse({**fields, "sequence_number": next(sequence), "type": kind})
 
+    def close() -> list[bytes]:
+        nonlocal open_item
+        item, open_item = open_item, None
+        if item is None:
+            return []
+        if item["type"] == "message":
+            return [event("response.output_text.done", item_id=message_id, output_index=index,
+                          content_index=0, text=text, logprobs=[]),
+                    event("response.content_part.done", item_id=message_id,
+                          output_index=index, content_index=0, part={**part, "text": text}),
+                    event("response.output_item.done", output_index=index,
+                          item=message_item(response_id, text, "completed"))]
+        done = {**item, "status": "completed"}
+        return [event("response.function_call_arguments.done", item_id=item["id"],
+                      output_index=index, arguments=item["arguments"], name=item["name"]),
+                event("response.output_item.done", output_index=index, item=done)]
+
+    def begin(item: dict[str, Any]) -> list[bytes]:
+        nonlocal open_item, index
+        out = close()
+        open_item, index = item, index + 1
+        added = item if item["type"] == "function_call" else {**item, "content": []}
+        out.append(event("response.output_item.added", output_index=index, item=added))
+        if item["type"] == "message":
+            out.append(event("response.content_part.added", item_id=message_id,
+                             output_index=index, content_index=0, part=part))
+        return out
+
     try:
         yield event("response.created", response=start)
         yield event("response.in_progress", response=start)
-        yield event("response.output_item.added", output_index=0,
-                    item={**message_item(response_id, "", "in_progress"), "content": []})
-        part: dict[str, Any] = {"type": "output_text", "text": "", "annotations": [], "logprobs": None}
-        yield event("response.content_part.added", item_id=item_id, output_index=0,
-                    content_index=0, part=part)
         while True:
             token = await generation.queue.get()
-            if tokens == 0:
+            if token.num_output_tokens == 1:
                 cached = token.num_cached_tokens
-            text, tokens = text + token.delta_text, token.num_output_tokens
-            yield event("response.output_text.delta", item_id=item_id, output_index=0,
-                        content_index=0, delta=token.delta_text, logprobs=[])
+            delta = choice.feed(token) or {}
+            if delta.get("content"):
+                if open_item is None or open_item["type"] != "message":
+                    for out in begin(message_item(response_id, "", "in_progress")):
+                        yield out
+                text += delta["content"]
+                yield event("response.output_text.delta", item_id=message_id,
+                            output_index=index, content_index=0, delta=delta["content"],
+                            logprobs=[])
+            for call in delta.get("tool_calls") or []:
+                function = call.get("function") or {}
+                if call.get("id") is not None:
+                    for out in begin(function_call_item(call["id"], function.get("name") or "",
+                                                        "", "in_progress")):
+                        yield out
+                arguments = function.get("arguments")
+                if arguments and open_item is not None:
+                    open_item["arguments"] += arguments
+                    yield event("response.function_call_arguments.delta",
+                                item_id=open_item["id"], output_index=index, delta=arguments)
             if token.finish_reason is not None:
                 break
-        yield event("response.output_text.done", item_id=item_id, output_index=0,
-                    content_index=0, text=text, logprobs=[])
-        yield event("response.content_part.done", item_id=item_id, output_index=0,
-                    content_index=0, part={**part, "text": text})
-        yield event("response.output_item.done", output_index=0,
-                    item=message_item(response_id, text, "completed"))
-        usage = response_usage(len(generation.prompt_token_ids), tokens, cached)
-        yield event("response.completed", response=finished(text, usage))
+        for out in close():
+            yield out
+        usage = response_usage(len(generation.prompt_token_ids), choice.num_tokens, cached)
+        yield event("response.completed", response=finished(usage))
     finally:
         runtime.abort(generation)

@@ -1,9 +1,11 @@
 """The frameworks apps are built with, against the no-install quick start.
 
 ``prefixgate serve --embedded sim``: LangChain (``bind_tools``,
-``with_structured_output`` with each method, streamed tool calls) and
+``with_structured_output`` with each method, streamed tool calls),
 pydantic-ai (an agent with a function tool and a structured output, which
-it asks for as a tool). instructor is not tested here: no release installs
+it asks for as a tool), the Responses API's function calls with the official
+client, and the OpenAI Agents SDK (an agent with a function tool on the
+Responses API, its default). instructor is not tested here: no release installs
 beside the ``openai`` version of the test environment (it pins an older
 one); litellm is left out because it is heavy (boto3, botocore and a large
 wheel of its own).
@@ -11,13 +13,18 @@ wheel of its own).
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
+from agents import Agent as AgentsAgent
+from agents import ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from langchain_core.messages import AIMessageChunk
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from openai import AsyncOpenAI, OpenAI
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -103,3 +110,74 @@ def test_pydantic_ai_agent_calls_its_tool_then_returns_the_output(
     result = agent.run_sync("What is the weather in Lyon? Then describe the city.")
     assert isinstance(result.output, City)
     assert len(weather_calls) == 1  # the tool, once; then the output tool ends the run
+
+
+WEATHER: Any = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                          "required": ["city"]}}
+
+
+def test_responses_api_tool_calls_and_their_outputs(gateway: GatewayProcess) -> None:
+    """The Responses API as agents use it: a function call as an output item, its output
+    sent back as an input item (on the stored response or in full), and a stream's
+    function-call events. Before, the simulator never called a tool there and refused a
+    function_call_output item with a 400."""
+    client = OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+    first = client.responses.create(model=MODEL, input="Weather in Paris?", tools=[WEATHER],
+                                    tool_choice="required", max_output_tokens=64)
+    (call,) = first.output
+    assert call.type == "function_call" and call.name == "get_weather"
+    assert isinstance(json.loads(call.arguments)["city"], str)
+    follow = client.responses.create(
+        model=MODEL, previous_response_id=first.id, tools=[WEATHER], max_output_tokens=8,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert [item.type for item in follow.output] == ["message"]
+    again = client.responses.create(model=MODEL, tools=[WEATHER], max_output_tokens=8, input=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name,
+         "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}])
+    assert [item.type for item in again.output] == ["message"]
+    with client.responses.stream(model=MODEL, input="Weather in Oslo?", tools=[WEATHER],
+                                 tool_choice={"type": "function", "name": "get_weather"},
+                                 max_output_tokens=64) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[:3] == ["response.created", "response.in_progress",
+                         "response.output_item.added"]
+    assert "response.function_call_arguments.delta" in kinds
+    assert kinds[-3:] == ["response.function_call_arguments.done", "response.output_item.done",
+                          "response.completed"]
+    (streamed,) = final.output
+    assert streamed.type == "function_call" and json.loads(streamed.arguments)["city"]
+
+
+def test_openai_agents_sdk_runs_its_tool_on_the_responses_api(gateway: GatewayProcess) -> None:
+    """The OpenAI Agents SDK (its default model is the Responses API): the agent calls its
+    function tool, gets the result back, and ends with an answer, plain and streamed."""
+    client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
+    calls: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        calls.append(city)
+        return f"sunny in {city}"
+
+    agent = AgentsAgent(name="forecaster", instructions="You tell the weather. " * 20,
+                        tools=[get_weather], model=OpenAIResponsesModel(MODEL, client),
+                        model_settings=ModelSettings(max_tokens=64))
+
+    async def run() -> tuple[Any, Any]:
+        plain = await Runner.run(agent, "Weather in Paris?", max_turns=4)
+        streamed = Runner.run_streamed(agent, "Weather in Oslo?", max_turns=4)
+        async for _ in streamed.stream_events():
+            pass
+        return plain, streamed
+
+    set_tracing_disabled(True)
+    plain, streamed = asyncio.run(run())
+    assert len(calls) == 2  # once a run: the tool's result went back, then the answer
+    assert isinstance(plain.final_output, str) and plain.final_output
+    assert isinstance(streamed.final_output, str) and streamed.final_output
+    assert len(plain.raw_responses) == 2

@@ -67,8 +67,9 @@ class Chromium:
         port = int(port_file.read_text().split()[0])
         targets = httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=5).json()
         page = next(t for t in targets if t["type"] == "page")
-        self._ws = self._stack.enter_context(
-            connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10))
+        ws = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
+        self._stack.enter_context(ws)  # websockets 16 types __enter__ as its base class
+        self._ws = ws
         return self
 
     def stderr(self) -> str:
