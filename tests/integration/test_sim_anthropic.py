@@ -12,7 +12,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import QUICK_START, GatewayProcess, running_gateway
 
 MODEL = "sim-model"
 SYSTEM = "You are the support assistant of ACME. Cite the policy; never invent orders. " * 12
@@ -23,12 +23,8 @@ TOOLS = [{"name": "lookup", "description": "Find an order by its number.",
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[GatewayProcess]:
-    gw = GatewayProcess({"embedded": {"kind": "sim", "replicas": 2, "time_scale": 50},
-                         "health_interval": 0.2})
-    try:
-        yield gw.start(timeout=120)
-    finally:
-        gw.stop()
+    with running_gateway(QUICK_START) as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")

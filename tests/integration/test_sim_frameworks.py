@@ -30,7 +30,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
-from tests.support.gateway import GatewayProcess
+from tests.support.gateway import QUICK_START, GatewayProcess, running_gateway
 
 MODEL = "sim-model"
 
@@ -52,12 +52,8 @@ def get_weather(city: str, unit: Literal["celsius", "fahrenheit"]) -> str:
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[GatewayProcess]:
-    gw = GatewayProcess({"embedded": {"kind": "sim", "replicas": 2, "time_scale": 50},
-                         "health_interval": 0.2})
-    try:
-        yield gw.start(timeout=120)
-    finally:
-        gw.stop()
+    with running_gateway(QUICK_START) as gw:
+        yield gw
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,11 @@ class GatewayProcess:
                 self.proc.wait()
 
 
+QUICK_START = {"embedded": {"kind": "sim", "replicas": 2, "time_scale": 50},
+               "health_interval": 0.2}
+"""``prefixgate serve --embedded sim``, two replicas, run fast: the no-install quick start."""
+
+
 @contextlib.contextmanager
 def running_gateway(settings: dict, extra_args: Sequence[str] = ()) -> Iterator[GatewayProcess]:
     gw = GatewayProcess(settings, extra_args)
