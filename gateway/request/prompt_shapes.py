@@ -22,13 +22,17 @@ An Anthropic Messages API body (``/v1/messages``, which vLLM serves by turning i
 into a chat request) renders as that chat request: ``system`` (a string, or its
 text blocks but a per-request billing header's, and the text of any system-role
 message) joined into one system message, ``tools`` as functions (``input_schema``
-the parameters), then the messages, read up to the first block that is neither text nor an image
-(a tool use, a tool result, thinking; an image stops it one message earlier, as
-``media``): an agent's turns route on its system prompt, tools and task.
+the parameters), then the messages as vLLM converts them: an assistant's tool uses
+as its tool calls, a user's tool results as tool messages, read up to the first
+``thinking`` block (an image stops it one message earlier, as ``media``). An agent's
+turns (Claude Code's loop of tool calls) then route on their whole history: checked
+against vLLM 0.32, the gateway's rendering has vLLM's own token count on seven shapes
+of tool loops, and its matched tokens equal the replica's cache read at each turn.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -96,10 +100,10 @@ def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             return None
         if message["role"] == "system":
             continue
-        content = _anthropic_content(message.get("content"))
-        if content is None:
-            break  # a tool use, a tool result, thinking: routing reads what comes before
-        messages.append({"role": message["role"], "content": content})
+        converted = _anthropic_message(message["role"], message.get("content"))
+        if converted is None:
+            break  # thinking, or a block vLLM turns into no chat form: routing reads before
+        messages.extend(converted)
     if not messages:
         return None
     chat: dict[str, Any] = {"messages": messages}
@@ -123,28 +127,68 @@ def _system_text(value: Any, into: list[str]) -> None:
                 into.append(block["text"])
 
 
-def _anthropic_content(content: Any) -> str | list[dict[str, Any]] | None:
-    """A message's content as chat content: a string, or its text blocks as text parts
-    and its images kept as they are (routing stops before the message that holds one,
-    counted as ``media``: ``gateway.prompt.bounds``); None when it holds any other block."""
+def _anthropic_message(role: str, content: Any) -> list[dict[str, Any]] | None:
+    """One Anthropic message as the chat messages vLLM turns it into
+    (``vllm/entrypoints/anthropic/serving.py``): text blocks as text (one alone as a
+    string), images kept as they are (routing stops before the message that holds one,
+    counted as ``media``: ``gateway.prompt.bounds``), an assistant's ``tool_use`` blocks as
+    its tool calls (the input as JSON arguments), a user's ``tool_result`` blocks as tool
+    messages before its own text, ``redacted_thinking`` and ``tool_reference`` blocks
+    left out as vLLM leaves them; None (routing reads the messages before it) for a
+    ``thinking`` block (vLLM hands it to the template as reasoning, which routing does not
+    render), a tool result holding anything but text, or a block of no known type."""
     if isinstance(content, str):
-        return content
+        return [{"role": role, "content": content}]
     if not isinstance(content, list):
         return None
-    parts = []
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
     for block in content:
-        if not isinstance(block, dict):
-            return None
-        if block.get("type") == "image":
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "image":
             parts.append(block)
-        elif block.get("type") == "text" and isinstance(block.get("text"), str):
+        elif kind == "text" and isinstance(block.get("text"), str):
             if block["text"]:
                 parts.append({"type": "text", "text": block["text"]})
-        else:
+        elif kind == "tool_use" and role == "assistant" and isinstance(block.get("id"), str):
+            calls.append({"id": block["id"], "type": "function", "function": {
+                "name": block.get("name") or "",
+                "arguments": json.dumps(block.get("input") or {})}})
+        elif kind == "tool_result" and role == "user":
+            text = _tool_result_text(block.get("content"))
+            if text is None:
+                return None
+            results.append({"role": "tool", "tool_call_id": block.get("tool_use_id") or "",
+                            "content": text})
+        elif kind not in ("redacted_thinking", "tool_reference"):
             return None
+    message: dict[str, Any] = {"role": role}
+    if calls:
+        message["tool_calls"] = calls
     if len(parts) == 1 and parts[0]["type"] == "text":
-        return str(parts[0]["text"])
-    return parts or None
+        message["content"] = parts[0]["text"]
+    elif parts:
+        message["content"] = parts
+    if role == "user" and "content" not in message:
+        return results  # only tool results: vLLM sends no user message after them
+    return [*results, message]
+
+
+def _tool_result_text(content: Any) -> str | None:
+    """A tool result's text as vLLM makes its tool message (its text items joined by new
+    lines); None when it holds an image or a tool reference, which vLLM turns into
+    messages of their own."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        return None
+    texts = []
+    for item in content:
+        if not isinstance(item, dict) or item.get("type") != "text":
+            return None
+        texts.append(str(item.get("text", "")))
+    return "\n".join(texts)
 
 
 def _anthropic_tool(tool: Any) -> Any:

@@ -36,10 +36,24 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
                     {"type": "tool_result", "tool_use_id": "t1", "content": "..."}]}]}
     assert prompt_of("messages", body) == ("chat", {
         "messages": [{"role": "system", "content": "Rules. More."},
-                     {"role": "user", "content": "Fix the bug."}],
+                     {"role": "user", "content": "Fix the bug."},
+                     {"role": "assistant", "tool_calls": [{"id": "t1", "type": "function",
+                                                           "function": {
+                         "name": "read_file", "arguments": '{"path": "a"}'}}]},
+                     {"role": "tool", "tool_call_id": "t1", "content": "..."}],
         "tools": [{"type": "function", "function": {
             "name": "read_file", "description": "Read a file.",
             "parameters": TOOLS[0]["input_schema"]}}]})
+    # A tool result next to text: the tool message first, then the user's text (as vLLM);
+    # thinking is where routing stops reading.
+    assert prompt_of("messages", {"messages": [
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"type": "text", "text": "Go on."}]},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}]}) == (
+        "chat", {"messages": [{"role": "tool", "tool_call_id": "t1", "content": "a\nb"},
+                              {"role": "user", "content": "Go on."}]})
     assert prompt_of("messages", {"system": "S", "messages": [
         {"role": "user", "content": "Hi"}]}) == ("chat", {"messages": [
             {"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]})
@@ -81,7 +95,9 @@ async def test_an_agents_turns_route_together_and_count_tokens_is_relayed() -> N
     assert all(answer.status_code == 200 for answer in answers)
     assert len({answer.headers["x-prefixgate-replica"] for answer in answers}) == 1
     assert all(answer.headers["x-prefixgate-reason"] == "hit" for answer in answers[1:])
-    assert all(int(answer.headers["x-prefixgate-matched-tokens"]) > 0 for answer in answers[1:])
+    matched = [int(answer.headers["x-prefixgate-matched-tokens"]) for answer in answers]
+    assert 0 < matched[1] < matched[2] < matched[3]  # each turn's whole history, tool calls
+    # and results included (before, routing read up to the first tool use: all equal)
     assert counted.status_code == 200
     assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
     assert streamed.headers["x-prefixgate-replica"] == answers[0].headers["x-prefixgate-replica"]
