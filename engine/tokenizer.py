@@ -95,6 +95,32 @@ def fold_content(content: Any) -> str:
     raise RenderError("message content must be a string or a list of parts")
 
 
+def template_tools(tools: Any) -> Any:
+    """``tools`` as vLLM hands them to the chat template: each function tool rebuilt as
+    ``{"type": "function", "function": {name, description, parameters}}`` in that order,
+    ``description`` and ``parameters`` null when not given, ``strict`` and
+    ``defer_loading`` only when set (vLLM 0.32's ``ChatCompletionToolsParam`` and the
+    serializer of its ``FunctionDefinition``); a tool of another shape, which vLLM
+    refuses, as it is. Templates write tools out as JSON, so a tool given without a
+    description, or with its keys in another order, renders other tokens than vLLM's
+    unless rebuilt."""
+    if not isinstance(tools, list):
+        return tools
+    out = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or tool.get("type", "function") != "function":
+            out.append(tool)
+            continue
+        spec = {"name": function.get("name"), "description": function.get("description"),
+                "parameters": function.get("parameters")}
+        for key in ("strict", "defer_loading"):
+            if function.get(key) is not None:
+                spec[key] = function[key]
+        out.append({"type": "function", "function": spec})
+    return out
+
+
 def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Messages as a chat template expects them (content folded, tool args parsed)."""
     messages = request.get("messages")
@@ -217,7 +243,7 @@ class HFRenderer:
     def render_chat(self, request: Mapping[str, Any]) -> str:
         try:  # anything a request body holds that the template cannot take is a RenderError
             kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
-            tools = request.get("tools") or None
+            tools = template_tools(request.get("tools")) or None
             continue_final = bool(request.get("continue_final_message", False))
             add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
             requested = request.get("chat_template") or self._chat_template

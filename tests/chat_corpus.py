@@ -40,6 +40,13 @@ CHATS: list[dict[str, Any]] = [
                   {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"},
                   {"role": "user", "content": "Thanks. And tomorrow?"}],
      "tools": [WEATHER_TOOL]},
+    # Tools as clients write them: no description, keys in another order, strict, no
+    # parameters; vLLM rebuilds each (engine.tokenizer.template_tools).
+    {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+     "tools": [{"function": {"parameters": WEATHER_TOOL["function"]["parameters"],
+                             "name": "get_weather"}, "type": "function"},
+               {"type": "function", "function": {"name": "now", "description": "The time.",
+                                                 "strict": True}}]},
     {"messages": [{"role": "user", "content": "  leading and trailing spaces  \n\n"}]},
     {"messages": [{"role": "user", "content": "Think briefly."}],
      "chat_template_kwargs": {"enable_thinking": False}},

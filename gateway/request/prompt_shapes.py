@@ -6,13 +6,16 @@ completion bodies render as they are; a batch of chats
 ``/inference/v1/generate`` body as a completion of its ``token_ids``, SageMaker's
 ``/invocations`` as the chat or completion its shape makes it. A ``/v1/responses`` body is rendered
 like the chat request vLLM turns it into: ``instructions`` as the system
-message, then ``input`` (a string is one user message; a list holds
-messages whose content is a string or ``input_text``/``output_text``
-parts). Requests sharing instructions and earlier input then share blocks
-and route together. Tool calls, their outputs and other item types have no
-chat form the gateway renders: routing reads the messages before the first
-such item (an agent's instructions and task, turn after turn of tool calls,
-still route together), and a request with none before it, like any body
+message, function ``tools`` as chat tools, then ``input`` (a string is one user
+message; a list holds messages whose content is a string or
+``input_text``/``output_text`` parts, ``function_call`` items, which become the
+tool calls of the assistant message before them or of a new one, and
+``function_call_output`` items, which become tool messages). Requests sharing
+instructions and earlier input then share blocks and route together, an agent's
+turns on their whole history (token ids identical to vLLM 0.32's
+``/v1/responses/render`` on seven shapes). Other item types (reasoning, built-in
+tools' calls) have no chat form the gateway renders: routing reads the messages
+before the first such item, and a request with none before it, like any body
 whose shape the gateway does not know, has no prompt for routing and goes by
 load (the replica still gets it unchanged, and answers it as vLLM does). An
 image, audio or file part is kept as it is: routing reads the messages
@@ -50,6 +53,9 @@ def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | N
         if messages is None:
             return None
         chat = {"messages": messages, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
+        tools = _responses_tools(body.get("tools"))
+        if tools:
+            chat["tools"] = tools
         return "chat", chat
     if kind == "messages":
         return anthropic_chat(body)
@@ -196,7 +202,8 @@ def _anthropic_tool(tool: Any) -> Any:
         return tool
     return {"type": "function", "function": {
         "name": tool.get("name"), "description": tool.get("description"),
-        "parameters": tool.get("input_schema")}}
+        "parameters": tool.get("input_schema"), "strict": tool.get("strict"),
+        "defer_loading": tool.get("defer_loading")}}
 
 
 def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -210,6 +217,23 @@ def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
         messages.append({"role": "user", "content": given})
     elif isinstance(given, list):
         for item in given:
+            kind = item.get("type") if isinstance(item, dict) else None
+            last = messages[-1] if messages and messages[-1]["role"] == "assistant" else None
+            if kind == "function_call" and isinstance(item.get("call_id"), str) \
+                    and not item.get("namespace"):
+                call = {"id": item["call_id"], "type": "function", "function": {
+                    "name": item.get("name"), "arguments": item.get("arguments")}}
+                if last is not None and isinstance(last.get("tool_calls"), list):
+                    last["tool_calls"].append(call)
+                elif last is not None and "tool_calls" not in last:
+                    last["tool_calls"] = [call]
+                else:
+                    messages.append({"role": "assistant", "tool_calls": [call]})
+                continue
+            if kind == "function_call_output" and isinstance(item.get("call_id"), str):
+                messages.append({"role": "tool", "content": item.get("output"),
+                                 "tool_call_id": item["call_id"]})
+                continue
             message = _message(item)
             if message is None:
                 break  # no chat form: routing reads the messages before it
@@ -217,6 +241,17 @@ def responses_messages(body: dict[str, Any]) -> list[dict[str, Any]] | None:
     else:
         return None
     return messages or None
+
+
+def _responses_tools(tools: Any) -> list[dict[str, Any]]:
+    """A Responses body's function tools as the chat tools vLLM renders them with (flat
+    ``{type, name, ...}`` to ``{type, function: {name, ...}}``; the renderer then keeps
+    the fields vLLM keeps: ``engine.tokenizer.template_tools``). Built-in tools
+    (``web_search``...) are not rendered by vLLM either."""
+    if not isinstance(tools, list):
+        return []
+    return [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
+            for tool in tools if isinstance(tool, dict) and tool.get("type") == "function"]
 
 
 def _message(item: Any) -> dict[str, Any] | None:

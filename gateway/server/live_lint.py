@@ -85,10 +85,19 @@ def is_linted(exchange: Exchange) -> bool:
 def linted_body(exchange: Exchange) -> Mapping[str, Any]:
     """What the linter judges of a request it lints (``is_linted``): a chat request's body
     as the client sent it; a Responses or Anthropic Messages API request as the chat
-    request routing renders it as (an agent's instructions are its system prompt)."""
+    request routing renders it as (an agent's instructions are its system prompt), up to
+    its first tool call."""
     if exchange.route.kind == "chat" or exchange.prompt is None:
         return exchange.as_sent
-    return {"model": exchange.model, **exchange.prompt[1]}
+    chat = exchange.prompt[1]
+    messages = chat.get("messages") or []
+    # An agent's turn is judged on what it says before its first tool call, as each turn
+    # repeats it (routing reads the tool calls too: gateway.request.prompt_shapes).
+    calls = next((index for index, message in enumerate(messages)
+                  if message.get("role") == "tool" or message.get("tool_calls")), None)
+    if calls:
+        chat = {**chat, "messages": messages[:calls]}
+    return {"model": exchange.model, **chat}
 
 
 class LiveLint(Silent):

@@ -43,7 +43,8 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
                      {"role": "tool", "tool_call_id": "t1", "content": "..."}],
         "tools": [{"type": "function", "function": {
             "name": "read_file", "description": "Read a file.",
-            "parameters": TOOLS[0]["input_schema"]}}]})
+            "parameters": TOOLS[0]["input_schema"], "strict": None,
+            "defer_loading": None}}]})  # vLLM's fields; the renderer drops unset ones
     # A tool result next to text: the tool message first, then the user's text (as vLLM);
     # thinking is where routing stops reading.
     assert prompt_of("messages", {"messages": [

@@ -88,8 +88,9 @@ def test_the_blocks_routed_are_the_prompts_own_leading_blocks(qwen: HFRenderer) 
 
 
 async def test_an_agents_turns_on_the_responses_api_route_together() -> None:
-    """Each turn of a task carries the tool calls so far: read up to the first, every
-    turn routes on the instructions and the task, which the replica holds."""
+    """Each turn of a task carries the tool calls so far, read as vLLM reads them: every
+    turn routes on its whole history, which the replica holds (before, routing read up to
+    the first tool call: the same instructions and task each turn)."""
     replicas = [FakeReplica(name) for name in ("a", "b", "c")]
     task = {"role": "user", "content": "Reconcile the March invoices. " * 10}
     calls: list[dict[str, Any]] = []
@@ -100,7 +101,9 @@ async def test_an_agents_turns_on_the_responses_api_route_together() -> None:
             answers.append(await client.post("/v1/responses", json=body))
             calls += [{"type": "function_call", "call_id": f"c{turn}", "name": "lookup",
                        "arguments": "{}"},
-                      {"type": "function_call_output", "call_id": f"c{turn}", "output": "ok"}]
+                      {"type": "function_call_output", "call_id": f"c{turn}",
+                       "output": "Invoice lines, amounts and dates. " * 12}]
     assert all(answer.status_code == 200 for answer in answers)
     assert len({answer.headers["x-prefixgate-replica"] for answer in answers}) == 1
-    assert all(int(answer.headers["x-prefixgate-matched-tokens"]) > 0 for answer in answers[1:])
+    matched = [int(answer.headers["x-prefixgate-matched-tokens"]) for answer in answers]
+    assert 0 < matched[1] < matched[2] < matched[3]

@@ -126,3 +126,19 @@ async def test_a_burst_behind_a_new_long_prefix_tokenizes_it_once(qwen: HFRender
         assert result.prompt_tokens == len(expected)
         assert list(result.block_hashes) == block_hashes(expected, 16, chain_seed("m", None))
     assert len(hasher._tokenizing) == 0
+
+
+def test_tools_render_as_vllm_rebuilds_them(qwen: HFRenderer) -> None:
+    """A tool without a description, its keys in another order, or with ``strict``:
+    vLLM rebuilds it before the template writes it out (``description: null``, name,
+    description, parameters in that order, ``strict`` only when set), so the gateway does
+    (checked against vLLM's own /tokenize in the e2e stage)."""
+    loose = {"messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"function": {"parameters": {"type": "object"}, "name": "f"}, "type": "function"},
+        {"type": "function", "function": {"name": "g", "description": "G.", "strict": True,
+                                          "parameters": None}}]}
+    rendered = qwen.render_chat(loose)
+    assert ('{"type": "function", "function": {"name": "f", "description": null, '
+            '"parameters": {"type": "object"}}}') in rendered
+    assert ('{"type": "function", "function": {"name": "g", "description": "G.", '
+            '"parameters": null, "strict": true}}') in rendered

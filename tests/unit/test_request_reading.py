@@ -67,17 +67,36 @@ def test_a_responses_body_renders_as_its_chat_messages() -> None:
         "chat", {"messages": [{"role": "user", "content": "Hi"}]})
 
 
-def test_a_responses_body_is_read_up_to_its_first_item_with_no_chat_form() -> None:
-    """An agent's turns: instructions, the task, then tool calls and their outputs. Routing
-    reads what comes before the first of those, so every turn of the task routes together;
+def test_a_responses_agents_tool_calls_render_as_vllm_converts_them() -> None:
+    """An agent's turns: instructions and tools, the task, then tool calls and their
+    outputs, read as vLLM turns them into chat (function calls as the assistant's tool
+    calls, merged into the assistant message before them; outputs as tool messages;
+    function tools as chat tools), up to the first item with no chat form (reasoning);
     an image part is kept for the chat reading to stop before (``media``)."""
     task = {"role": "user", "content": "Find the invoice."}
-    body = {"instructions": "You are an agent.", "input": [
-        task, {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+    tool = {"type": "function", "name": "search", "parameters": {"type": "object"},
+            "strict": True}
+    body = {"instructions": "You are an agent.", "tools": [tool, {"type": "web_search"}],
+            "input": [
+        task, {"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "Looking."}]},
+        {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "search", "arguments": "{\"q\": 1}"},
         {"type": "function_call_output", "call_id": "c1", "output": "found"},
+        {"type": "function_call_output", "call_id": "c2", "output": "none"},
+        {"type": "reasoning", "summary": []},
         {"role": "user", "content": "Thanks"}]}
-    assert prompt_of("responses", body) == ("chat", {"messages": [
-        {"role": "system", "content": "You are an agent."}, task]})
+    calls = [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": "{}"}},
+             {"id": "c2", "type": "function",
+              "function": {"name": "search", "arguments": "{\"q\": 1}"}}]
+    assert prompt_of("responses", body) == ("chat", {
+        "messages": [{"role": "system", "content": "You are an agent."}, task,
+                     {"role": "assistant", "content": [{"type": "text", "text": "Looking."}],
+                      "tool_calls": calls},
+                     {"role": "tool", "content": "found", "tool_call_id": "c1"},
+                     {"role": "tool", "content": "none", "tool_call_id": "c2"}],
+        "tools": [{"type": "function", "function": {
+            "name": "search", "parameters": {"type": "object"}, "strict": True}}]})
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
     with_image = {"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"}, image]}]}
