@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-WEATHER_TOOL = {
+WEATHER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_weather",
