@@ -13,18 +13,17 @@ wheel of its own).
 
 from __future__ import annotations
 
-import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
-from agents import Agent as AgentsAgent
-from agents import ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
 from langchain_core.messages import AIMessageChunk
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from openai import AsyncOpenAI, OpenAI
+from openai import OpenAI
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -148,32 +147,49 @@ def test_responses_api_tool_calls_and_their_outputs(gateway: GatewayProcess) -> 
     assert streamed.type == "function_call" and json.loads(streamed.arguments)["city"]
 
 
+AGENT = """
+import asyncio, json, sys
+from openai import AsyncOpenAI
+from agents import (Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool,
+                    set_tracing_disabled)
+
+calls = []
+
+@function_tool
+def get_weather(city: str) -> str:
+    \"\"\"The weather in a city.\"\"\"
+    calls.append(city)
+    return f"sunny in {city}"
+
+async def main():
+    client = AsyncOpenAI(base_url=sys.argv[1] + "/v1", api_key="unused", max_retries=0)
+    agent = Agent(name="forecaster", instructions="You tell the weather. " * 20,
+                  tools=[get_weather], model=OpenAIResponsesModel("sim-model", client),
+                  model_settings=ModelSettings(max_tokens=64))
+    plain = await Runner.run(agent, "Weather in Paris?", max_turns=4)
+    streamed = Runner.run_streamed(agent, "Weather in Oslo?", max_turns=4)
+    async for _ in streamed.stream_events():
+        pass
+    print(json.dumps({"calls": calls, "plain": plain.final_output,
+                      "streamed": streamed.final_output,
+                      "responses": len(plain.raw_responses)}))
+
+set_tracing_disabled(True)
+asyncio.run(main())
+"""
+
+
 def test_openai_agents_sdk_runs_its_tool_on_the_responses_api(gateway: GatewayProcess) -> None:
     """The OpenAI Agents SDK (its default model is the Responses API): the agent calls its
-    function tool, gets the result back, and ends with an answer, plain and streamed."""
-    client = AsyncOpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0)
-    calls: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city."""
-        calls.append(city)
-        return f"sunny in {city}"
-
-    agent = AgentsAgent(name="forecaster", instructions="You tell the weather. " * 20,
-                        tools=[get_weather], model=OpenAIResponsesModel(MODEL, client),
-                        model_settings=ModelSettings(max_tokens=64))
-
-    async def run() -> tuple[Any, Any]:
-        plain = await Runner.run(agent, "Weather in Paris?", max_turns=4)
-        streamed = Runner.run_streamed(agent, "Weather in Oslo?", max_turns=4)
-        async for _ in streamed.stream_events():
-            pass
-        return plain, streamed
-
-    set_tracing_disabled(True)
-    plain, streamed = asyncio.run(run())
-    assert len(calls) == 2  # once a run: the tool's result went back, then the answer
-    assert isinstance(plain.final_output, str) and plain.final_output
-    assert isinstance(streamed.final_output, str) and streamed.final_output
-    assert len(plain.raw_responses) == 2
+    function tool, gets the result back, and ends with an answer, plain and streamed. In a
+    process of its own: the SDK's MCP support imports sse-starlette, which replaces
+    uvicorn's Server.handle_exit in whatever process imports it."""
+    run = subprocess.run([sys.executable, "-c", AGENT, gateway.url], check=False,
+                         capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(result["calls"]) == 2  # once a run: the tool's result went back, then the answer
+    assert isinstance(result["plain"], str) and result["plain"]
+    assert isinstance(result["streamed"], str) and result["streamed"]
+    assert result["responses"] == 2
