@@ -64,15 +64,17 @@ class Drain:
     def in_flight(self) -> int:
         return len(self._active)
 
-    def refusal(self, scope: Scope, anthropic: bool = False) -> Response | None:
-        """While draining: the answer to a request that must not start, else None
-        (``anthropic``: in the Anthropic Messages API's error shape)."""
+    def refusal(self, scope: Scope, anthropic: bool = False,
+                generates: bool = False) -> Response | None:
+        """While draining: the answer to a request that must not start, else None: a POST
+        under ``/v1/`` or to a route that ``generates`` (``/invocations``,
+        ``/inference/v1/generate``); ``anthropic``: in the Messages API's error shape."""
         if not self.draining:
             return None
         path = scope.get("path", "")
         if path == "/ready":
             return JSONResponse({"ready": False, "draining": True}, status_code=503)
-        if scope.get("method") == "POST" and path.startswith("/v1/"):
+        if scope.get("method") == "POST" and (generates or path.startswith("/v1/")):
             body = (anthropic_error_body(DRAIN_MESSAGE, "ServiceUnavailableError") if anthropic
                     else error_body(503, DRAIN_MESSAGE, "ServiceUnavailableError",
                                     code="gateway_draining"))

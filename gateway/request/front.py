@@ -1,6 +1,7 @@
 """The gateway's front door: what every HTTP request meets first, in this order.
 
-    draining?         /ready 503, a new POST /v1/... 503              (``drain``)
+    draining?         /ready 503, a new POST /v1/... or to a route    (``drain``)
+                      that generates 503 (the Messages API's shaped)
     admitted?         with client keys: 401, 403 or 429; else a grant,
                       held until the answer's last byte               (``gateway.auth.keys``)
     a relayed route?  an Exchange, handed the grant and the route's
@@ -73,8 +74,10 @@ class Front:
             return
         counted = not scope["path"].startswith(UNCOUNTED_PATHS)
         match = self.table.match(scope)
-        anthropic = match.route is not None and match.route.errors == "anthropic"
-        refusal = self.drain.refusal(scope, anthropic)
+        route = match.route
+        anthropic = route is not None and route.errors == "anthropic"
+        refusal = self.drain.refusal(scope, anthropic, route is not None
+                                     and route.routing == "prefix")
         grant: Grant | None = None
         if refusal is None and self.keys is not None:
             try:

@@ -98,3 +98,27 @@ async def test_the_end_of_the_drain_answers_a_waiting_request_503_and_refuses_ne
         assert (await client.get("/ready")).status_code == 503
         assert (await client.get("/health")).status_code == 200
         assert hung.waiting == 1
+
+
+async def test_while_draining_no_new_generation_starts_on_any_route() -> None:
+    """During the drain period (a request still running), new generation is refused at
+    the door on every route that generates, not only under /v1/: SageMaker's invocations
+    and token-in-token-out generation too (before, they started on the replica); the
+    Messages API's refusal in its own shape."""
+    hung = HungReplica("a", hang_first=1)
+    async with gateway([hung], drain_seconds=30) as client:
+        waiting = asyncio.ensure_future(client.post("/v1/chat/completions", json=CHAT))
+        await eventually(lambda: hung.waiting == 1, what="a request waiting on a")
+        drain = client.app.drain  # type: ignore[attr-defined]
+        draining = asyncio.ensure_future(drain.run())
+        await eventually(lambda: drain.draining, what="the drain started")
+        answers = {path: await client.post(path, json={**CHAT, "token_ids": [1, 2, 3]})
+                   for path in ("/invocations", "/inference/v1/generate")}
+        messages = await client.post("/v1/messages", json={**CHAT, "max_tokens": 4})
+        assert not drain.cut_done
+        draining.cancel()
+        waiting.cancel()
+    for path, answer in answers.items():
+        assert assert_openai_error(answer, 503)["code"] == "gateway_draining", path
+    assert messages.status_code == 503 and messages.json()["type"] == "error"
+    assert hung.requests == []  # nothing new reached it (the running chat hangs unrecorded)
