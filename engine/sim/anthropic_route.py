@@ -3,7 +3,8 @@
 generates (``vllm/entrypoints/anthropic/``), so Claude Code or the Anthropic SDK
 pointed at a simulated fleet gets what a real one answers.
 
-As in vLLM, a Messages request is turned into the chat request it stands for and
+As in vLLM, a Messages request is turned into the chat request it stands for
+(``engine.api_shapes``, the conversion the gateway's routing renders too) and
 answered by the chat route (``engine.sim.chat_route.answer_chat``: the same prompt,
 prefix cache, scheduler and KV events):
 
@@ -42,12 +43,11 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from engine.api_shapes import anthropic_messages, anthropic_tools
 from engine.sim.chat_route import answer_chat
 from engine.sim.protocol import SimError, validation_error
 from engine.sim.route_io import json_response, read_json
 from engine.sim.runtime import SimRuntime
-
-BILLING_HEADER = "x-anthropic-billing-header"
 
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 _STOP_REASON = {"length": "max_tokens", "tool_calls": "tool_use"}
@@ -68,74 +68,6 @@ def _require(body: dict[str, Any], field: str, kind: type, label: str, code: str
     return value
 
 
-def _system_text(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [] if value.startswith(BILLING_HEADER) else [value]
-    texts = []
-    for block in value if isinstance(value, list) else []:
-        text = block.get("text") if isinstance(block, dict) else None
-        if text and block.get("type") == "text" and not str(text).startswith(BILLING_HEADER):
-            texts.append(str(text))
-    return texts
-
-
-def _image_url(source: Any) -> str | None:
-    if not isinstance(source, dict):
-        return None
-    if source.get("type") == "base64":
-        return f"data:{source.get('media_type', 'image/jpeg')};base64,{source.get('data', '')}"
-    url = source.get("url")
-    return url if isinstance(url, str) else None
-
-
-def _tool_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(item.get("text", "")) for item in content
-                         if isinstance(item, dict) and item.get("type") == "text")
-    return ""
-
-
-def _message(message: dict[str, Any], into: list[dict[str, Any]]) -> None:
-    """One Anthropic message as the chat message(s) it stands for, appended to ``into``."""
-    role, content = message["role"], message.get("content")
-    if isinstance(content, str):
-        into.append({"role": role, "content": content})
-        return
-    parts: list[dict[str, Any]] = []
-    calls: list[dict[str, Any]] = []
-    reasoning: list[str] = []
-    for block in content if isinstance(content, list) else []:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text" and block.get("text"):
-            parts.append({"type": "text", "text": block["text"]})
-        elif kind == "image" and (url := _image_url(block.get("source"))) is not None:
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
-            reasoning.append(block["thinking"])
-        elif kind == "tool_use":
-            calls.append({"id": block.get("id") or "call_0", "type": "function", "function": {
-                "name": block.get("name") or "",
-                "arguments": orjson.dumps(block.get("input") or {}).decode()}})
-        elif kind == "tool_result" and role == "user":
-            into.append({"role": "tool", "tool_call_id": block.get("tool_use_id") or "",
-                         "content": _tool_text(block.get("content"))})
-        elif kind == "tool_result":
-            parts.append({"type": "text",
-                          "text": f"Tool result: {_tool_text(block.get('content'))}"})
-    converted: dict[str, Any] = {"role": role}
-    if reasoning:
-        converted["reasoning"] = "".join(reasoning)
-    if calls:
-        converted["tool_calls"] = calls
-    if parts:
-        only_text = len(parts) == 1 and parts[0]["type"] == "text"
-        converted["content"] = parts[0]["text"] if only_text else parts
-    if "content" in converted or role != "user":
-        into.append(converted)
-
-
 def to_chat(body: dict[str, Any], count_only: bool = False) -> dict[str, Any]:
     """A Messages API body as the chat request vLLM makes of it (validated as vLLM does)."""
     model = _require(body, "model", str, "string", "string_type")
@@ -147,24 +79,13 @@ def to_chat(body: dict[str, Any], count_only: bool = False) -> dict[str, Any]:
                                    "Input should be 'user', 'assistant' or 'system'",
                                    message.get("role") if isinstance(message, dict) else message,
                                    "literal_error")
-    system = _system_text(body.get("system"))
-    for message in given:
-        if message["role"] == "system":
-            system += _system_text(message.get("content"))
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "".join(system)}] \
-        if system else []
-    for message in given:
-        if message["role"] != "system":
-            _message(message, messages)
-    chat: dict[str, Any] = {"model": model, "messages": messages}
+    chat: dict[str, Any] = {"model": model, "messages": anthropic_messages(body)}
     for field in ("cache_salt", "chat_template_kwargs"):
         if body.get(field) is not None:
             chat[field] = body[field]
     tools = body.get("tools")
     if isinstance(tools, list):
-        chat["tools"] = [{"type": "function", "function": {
-            "name": tool.get("name"), "description": tool.get("description"),
-            "parameters": tool.get("input_schema")}} for tool in tools if isinstance(tool, dict)]
+        chat["tools"] = anthropic_tools(tools)
     choice = body.get("tool_choice")
     if isinstance(choice, dict):
         chat["tool_choice"] = _TOOL_CHOICE.get(str(choice.get("type"))) or {

@@ -44,6 +44,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
+from engine.api_shapes import responses_messages, responses_tools
 from engine.sim.answers import parse_output_rules
 from engine.sim.chat_choice import ChatChoice
 from engine.sim.chat_route import plan_choices
@@ -71,55 +72,24 @@ def not_found(response_id: str) -> SimError:
                     "invalid_request_error", "response_id")
 
 
-def _text(content: Any) -> Any:
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return content
-
-
 def input_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """``instructions`` and ``input`` as chat messages: message items as they are, an
-    agent's ``function_call`` items as the assistant's tool calls and its
-    ``function_call_output`` items as tool messages (``reasoning`` items left out)."""
-    messages: list[dict[str, Any]] = []
-    if isinstance(body.get("instructions"), str):
-        messages.append({"role": "system", "content": body["instructions"]})
+    """``instructions`` and ``input`` as the chat messages vLLM makes of them
+    (``engine.api_shapes``, shared with the gateway's routing); an item with no chat form
+    is refused."""
     given = body.get("input")
-    if isinstance(given, str):
-        return [*messages, {"role": "user", "content": given}]
-    if not isinstance(given, list):
+    if not isinstance(given, (str, list)):
         raise bad_request("input: Input should be a valid string or list of items", "input")
-    for item in given:
-        kind = item.get("type") if isinstance(item, dict) else None
-        if kind == "function_call":
-            call = {"id": str(item.get("call_id", "")), "type": "function", "function": {
-                "name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}}
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        elif kind == "function_call_output":
-            messages.append({"role": "tool", "tool_call_id": str(item.get("call_id", "")),
-                             "content": _text(item.get("output", ""))})
-        elif kind == "reasoning":
-            continue
-        elif isinstance(item, dict) and isinstance(item.get("role"), str):
-            messages.append({"role": item["role"], "content": _text(item.get("content"))})
-        else:
-            raise bad_request("input: each item must be a message with a role, a "
-                              "function_call, a function_call_output or reasoning", "input")
+    messages, complete = responses_messages(body)
+    if not complete:
+        raise bad_request("input: each item must be a message with a role, a "
+                          "function_call, a function_call_output or reasoning", "input")
     return messages
 
 
 def chat_tools(body: dict[str, Any]) -> dict[str, Any]:
-    """The request's function ``tools`` and ``tool_choice`` in chat's form (what the answer
-    planner reads; built-in tools have no simulated form and are left out)."""
-    tools = [{"type": "function", "function": {
-        "name": tool.get("name"), "description": tool.get("description"),
-        "parameters": tool.get("parameters") or {"type": "object", "properties": {}}}}
-        for tool in body.get("tools") or [] if isinstance(tool, dict)
-        and tool.get("type") == "function"]
+    """The request's function ``tools`` and ``tool_choice`` in chat's form, as vLLM renders
+    them (built-in tools have no simulated form and are left out)."""
+    tools = responses_tools(body.get("tools"))
     if not tools:
         return {}
     choice = body.get("tool_choice", "auto")

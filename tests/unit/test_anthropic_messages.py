@@ -63,7 +63,8 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
     assert prompt_of("messages", {"system": "S", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "What is this?"}, image]}]}) == ("chat", {"messages": [
             {"role": "system", "content": "S"},
-            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, image]}]})
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"}, {
+                "type": "image_url", "image_url": {"url": "data:image/png;base64,AA"}}]}]})
 
 
 def sdk(client: httpx.AsyncClient, key: str = "x") -> anthropic.AsyncAnthropic:
