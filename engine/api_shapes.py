@@ -190,8 +190,10 @@ def responses_messages(body: dict[str, Any]) -> tuple[list[Message], bool]:
     """``instructions`` and ``input`` as vLLM's chat messages: message items, function
     calls as the tool calls of the assistant message before them (or of a new one),
     their outputs as tool messages, reasoning items as the assistant's ``reasoning``;
-    and whether every item had a chat form (False: the messages before the first that
-    had none)."""
+    an assistant message's text (its first part's) as the content of the assistant
+    message before it when that one has none (a call's or a reasoning's), else as a new
+    one; and whether every item had a chat form (False: the messages before the first
+    that had none)."""
     messages: list[Message] = []
     instructions = body.get("instructions")
     if isinstance(instructions, str) and instructions:
@@ -223,11 +225,31 @@ def responses_messages(body: dict[str, Any]) -> tuple[list[Message], bool]:
                 last["reasoning"] = text
             else:
                 messages.append({"role": "assistant", "reasoning": text})
+        elif kind == "message" and item.get("role") == "assistant":
+            answer = _assistant_text(item.get("content"))
+            if answer is None:
+                return messages, False
+            if last is not None and last.get("content") is None:
+                last["content"] = answer  # the text of the call or reasoning before it
+            else:
+                messages.append({"role": "assistant", "content": answer})
         elif kind == "message" and (message := _responses_message(item)) is not None:
             messages.append(message)
         else:
             return messages, False
     return messages, True
+
+
+def _assistant_text(content: Any) -> str | None:
+    """An assistant message item's text as vLLM reads it: the string, or the text of its
+    first part only (a second ``output_text`` part never reaches the prompt); None when
+    that part has no text (a refusal): vLLM then hands the item to the template as it is."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and isinstance(content[0], dict) \
+            and isinstance(content[0].get("text"), str):
+        return str(content[0]["text"])
+    return None
 
 
 def _reasoning_text(item: dict[str, Any]) -> str:

@@ -265,8 +265,22 @@ MESSAGES_TURN = {"system": SYSTEM, "max_tokens": 4, "tools": [
                      {"type": "text", "text": "And A-2?"}]}]}
 
 
+# An answer of two text parts (vLLM reads the first), and a model's text after its own
+# tool call (vLLM puts it into that call's assistant message).
+ANSWER = {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+          "content": [{"type": "output_text", "text": "It shipped.", "annotations": []},
+                      {"type": "output_text", "text": "Anything else?", "annotations": []}]}
+RESPONSES_ANSWERED = {**RESPONSES_TURN, "input": [
+    *RESPONSES_TURN["input"][:3], ANSWER, {"role": "user", "content": "And A-2?"}]}
+RESPONSES_TEXT_AFTER_CALL = {**RESPONSES_TURN, "input": [
+    *RESPONSES_TURN["input"][:2], {"role": "assistant", "content": "Checking."},
+    *RESPONSES_TURN["input"][2:]]}
+
+
 @pytest.mark.parametrize(("path", "kind", "body"), [
     ("/v1/responses/render", "responses", RESPONSES_TURN),
+    ("/v1/responses/render", "responses", RESPONSES_ANSWERED),
+    ("/v1/responses/render", "responses", RESPONSES_TEXT_AFTER_CALL),
     ("/v1/messages/render", "messages", MESSAGES_TURN)])
 def test_an_agents_turn_renders_as_vllm_renders_it(vllm_pair: list[LocalReplica], path: str,
                                                    kind: str, body: dict[str, Any]) -> None:

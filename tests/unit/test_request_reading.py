@@ -61,7 +61,7 @@ def test_a_responses_body_renders_as_its_chat_messages() -> None:
     assert prompt_of("responses", body) == ("chat", {"cache_salt": "s", "messages": [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
-        {"role": "assistant", "content": [{"type": "text", "text": "Hello"}]},
+        {"role": "assistant", "content": "Hello"},
         {"role": "user", "content": [{"type": "text", "text": "More"}]}]})
     assert prompt_of("responses", {"input": "Hi"}) == (
         "chat", {"messages": [{"role": "user", "content": "Hi"}]})
@@ -91,8 +91,7 @@ def test_a_responses_agents_tool_calls_render_as_vllm_converts_them() -> None:
               "function": {"name": "search", "arguments": "{\"q\": 1}"}}]
     assert prompt_of("responses", body) == ("chat", {
         "messages": [{"role": "system", "content": "You are an agent."}, task,
-                     {"role": "assistant", "content": [{"type": "text", "text": "Looking."}],
-                      "tool_calls": calls},
+                     {"role": "assistant", "content": "Looking.", "tool_calls": calls},
                      {"role": "tool", "content": "found", "tool_call_id": "c1"},
                      {"role": "tool", "content": "none", "tool_call_id": "c2"}],
         "tools": [{"type": "function", "function": {
@@ -102,6 +101,31 @@ def test_a_responses_agents_tool_calls_render_as_vllm_converts_them() -> None:
         {"type": "input_text", "text": "What is this?"}, image]}]}
     assert prompt_of("responses", with_image) == ("chat", {"messages": [{"role": "user", "content": [
         {"type": "text", "text": "What is this?"}, image]}]})
+
+
+def test_a_responses_assistant_message_is_read_as_vllm_reads_it() -> None:
+    """vLLM takes an assistant message item's first part only (a second ``output_text``
+    part never reaches the prompt), and puts the text of a message that follows a tool
+    call or a reasoning item into that assistant message rather than a new one."""
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    two_parts = {"type": "message", "role": "assistant", "content": [
+        {"type": "output_text", "text": "First."}, {"type": "output_text", "text": "Second."}]}
+    body = {"input": [{"role": "user", "content": "Go"}, call,
+                      {"role": "assistant", "content": "Done calling."},
+                      {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+                      two_parts, {"role": "user", "content": "Next"}]}
+    assert prompt_of("responses", body) == ("chat", {"messages": [
+        {"role": "user", "content": "Go"},
+        {"role": "assistant", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+         "content": "Done calling."},
+        {"role": "tool", "content": "ok", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "First."},
+        {"role": "user", "content": "Next"}]})
+    refusal = {"type": "message", "role": "assistant",
+               "content": [{"type": "refusal", "refusal": "No."}]}
+    assert prompt_of("responses", {"input": [{"role": "user", "content": "Go"}, refusal]}) == (
+        "chat", {"messages": [{"role": "user", "content": "Go"}]})
 
 
 @pytest.mark.parametrize(("kind", "body"), [
