@@ -8,6 +8,7 @@ SSE events and keeps the tail of the stream, where vLLM puts the usage chunk
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass
 
@@ -67,17 +68,25 @@ def usage_from_json(body: bytes) -> Usage | None:
 
 
 class StreamObserver:
-    """Watches an SSE stream go by: event count and the usage chunk at its end."""
+    """Watches an SSE stream go by: event count and the usage chunk at its end.
+
+    A request asked to stream may still be answered with one JSON body (vLLM answers a
+    batch of chats with JSON whatever ``stream`` says): its ``usage`` is then the last
+    one in the body's tail."""
 
     def __init__(self) -> None:
         self.events = 0
         self.bytes = 0
+        self._json: bool | None = None
+        """Whether the answer is one JSON body (not SSE), from its first bytes."""
         # The last chunks, at least _TAIL_BYTES of them once that much went by
         # (kept as a list: no copying per chunk).
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
 
     def feed(self, chunk: bytes) -> None:
+        if self._json is None and chunk.strip():
+            self._json = chunk.lstrip()[:1] == b"{"
         self.events += chunk.count(b"data: ")
         size = len(chunk)
         self.bytes += size
@@ -88,6 +97,8 @@ class StreamObserver:
             self._tail_bytes -= len(tail.popleft())
 
     def usage(self) -> Usage | None:
+        if self._json:
+            return self._json_usage(b"".join(self._tail))
         for line in reversed(b"".join(self._tail).split(b"\n")):
             if line.startswith(b"data: {") and b'"usage":{' in line.replace(b" ", b""):
                 try:
@@ -95,6 +106,22 @@ class StreamObserver:
                 except orjson.JSONDecodeError:
                     return None
         return None
+
+    @staticmethod
+    def _json_usage(tail: bytes) -> Usage | None:
+        """The last ``"usage": {...}`` object of a JSON body's tail (the whole body may
+        not fit in it: only that object is parsed)."""
+        at = tail.rfind(b'"usage"')
+        if at < 0:
+            return None
+        rest = tail[at + len(b'"usage"'):].lstrip()
+        if not rest.startswith(b":"):
+            return None
+        try:
+            found, _ = json.JSONDecoder().raw_decode(rest[1:].lstrip().decode("utf-8", "replace"))
+        except ValueError:
+            return None
+        return usage_from_object({"usage": found})
 
     def output_tokens(self, usage: Usage | None) -> int:
         """Completion tokens: from ``usage()`` when present, else content events seen."""

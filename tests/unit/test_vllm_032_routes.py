@@ -5,8 +5,10 @@ where they carry one. Before, each was the gateway's 404."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
 
 from .fake_replica import FakeReplica
@@ -79,3 +81,32 @@ async def test_the_other_new_routes_reach_the_replica_at_their_own_path() -> Non
             assert answer.headers["x-prefixgate-replica"] == "a"
     assert [request for request in replica.requests] == [
         {"model": "m", **body} for body in paths.values()]
+
+
+class JsonBatchReplica(FakeReplica):
+    """Answers a batch of chats with one JSON body even when asked to stream, as vLLM 0.32
+    does; the body is larger than what a stream's observer keeps of its tail."""
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path != "/v1/chat/completions/batch":
+            return await super().handle(request)
+        self.requests.append(json.loads(request.content))
+        choices = [{"index": i, "message": {"role": "assistant", "content": "x" * 400},
+                    "finish_reason": "length"} for i in range(60)]
+        return httpx.Response(200, json={
+            "id": "chatcmpl-batch", "object": "chat.completion", "model": self.model,
+            "choices": choices, "usage": {"prompt_tokens": 900, "completion_tokens": 240,
+                                          "prompt_tokens_details": {"cached_tokens": 512}}})
+
+
+async def test_a_batch_answered_with_json_to_a_stream_request_has_its_usage_read() -> None:
+    replica = JsonBatchReplica("a")
+    body = {"model": "m", "max_tokens": 4, "stream": True,
+            "messages": [chat("Do you sell lamps?"), [{"role": "user", "content": "Other"}]]}
+    async with gateway([replica], policy="prefix") as client:
+        answer = await client.post("/v1/chat/completions/batch", json=body)
+        assert answer.status_code == 200 and len(answer.json()["choices"]) == 60  # relayed
+        metrics = (await client.get("/metrics")).text
+    assert 'prefixgate_usage_prompt_tokens_total{replica="a"} 900.0' in metrics
+    assert 'prefixgate_completion_tokens_total{replica="a"} 240.0' in metrics
+    assert 'prefixgate_usage_cached_tokens_total{replica="a"} 512.0' in metrics
