@@ -248,7 +248,7 @@ def _assistant_text(content: Any) -> str | None:
         return content
     if isinstance(content, list) and content and isinstance(content[0], dict) \
             and isinstance(content[0].get("text"), str):
-        return str(content[0]["text"])
+        return content[0]["text"]
     return None
 
 
