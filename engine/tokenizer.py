@@ -19,6 +19,7 @@ simulated engine and the router agree on tokens when they share a tokenizer.
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 import json
 import logging
@@ -60,6 +61,11 @@ class Renderer(Protocol):
         """The prompt text (before tokenization) for a chat request body."""
         ...
 
+    def as_vllm_reads(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The chat request body with its messages as vLLM hands them to the template
+        (:func:`developer_as_system`); the body itself when nothing changes."""
+        ...
+
     def encode_with_offsets(self, text: str) -> tuple[list[int], Any] | None:
         """Ids (no special tokens) and a ``tokenizers.Encoding`` for their character
         offsets; None when the tokenizer cannot give offsets cheaply."""
@@ -93,6 +99,46 @@ def fold_content(content: Any) -> str:
                 raise RenderError("content parts must be objects")
         return "\n".join(texts)
     raise RenderError("message content must be a string or a list of parts")
+
+
+@functools.lru_cache(maxsize=32)
+def names_developer(template: str) -> bool:
+    """Whether a chat template takes ``developer`` messages: vLLM 0.32 decides it by
+    whether the role's name appears quoted in the template's text."""
+    return '"developer"' in template or "'developer'" in template
+
+
+def developer_as_system(messages: list[Any], template: str) -> list[Any]:
+    """Messages as vLLM 0.32 renders them (``renderers/hf.py``): when a conversation
+    has a ``developer`` message and the template does not name that role, each becomes
+    a ``system`` message (its ``tools`` dropped); then, when a system message is not
+    first or there are several, they are all merged into one in front, their texts
+    (parts joined by newlines, empty ones left out) joined by a blank line, the other
+    messages in order behind it. ``messages`` itself when nothing changes, or when a
+    message is not one vLLM would render (the render reports it)."""
+    if not any(isinstance(m, Mapping) and m.get("role") == "developer" for m in messages):
+        return messages
+    if names_developer(template) or not all(isinstance(m, Mapping) for m in messages):
+        return messages
+    converted = [{k: v for k, v in m.items() if k != "tools"} | {"role": "system"}
+                 if m.get("role") == "developer" else m for m in messages]
+    texts: list[str] = []
+    others: list[Any] = []
+    merge = False
+    for index, message in enumerate(converted):
+        if message.get("role") != "system":
+            others.append(message)
+            continue
+        merge = merge or index > 0 or bool(texts)
+        try:
+            text = fold_content(message.get("content"))
+        except RenderError:
+            return messages
+        if text:
+            texts.append(text)
+    if not merge:
+        return converted
+    return [{"role": "system", "content": "\n\n".join(texts)}, *others]
 
 
 def template_tools(tools: Any) -> Any:
@@ -240,7 +286,21 @@ class HFRenderer:
         """The chat template's recipes by shape of conversation (``engine.template_shapes``)."""
         return self._sandbox.shapes
 
+    def as_vllm_reads(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
+        messages = request.get("messages")
+        if not isinstance(messages, list) or not any(
+                isinstance(m, Mapping) and m.get("role") == "developer" for m in messages):
+            return request
+        try:
+            template = self._templates.pick(request.get("chat_template") or self._chat_template,
+                                            bool(request.get("tools")))
+        except Exception:  # noqa: BLE001 - the render says what is wrong
+            return request
+        converted = developer_as_system(messages, template)
+        return request if converted is messages else {**request, "messages": converted}
+
     def render_chat(self, request: Mapping[str, Any]) -> str:
+        request = self.as_vllm_reads(request)
         try:  # anything a request body holds that the template cannot take is a RenderError
             kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
             tools = template_tools(request.get("tools")) or None
@@ -372,6 +432,9 @@ class ByteRenderer:
             if isinstance(exc, RenderError):
                 raise
             raise RenderError(f"cannot render: {type(exc).__name__}") from exc
+
+    def as_vllm_reads(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
+        return request  # no template: the roles stay as sent
 
     def _render(self, request: Mapping[str, Any]) -> str:
         parts = []

@@ -51,3 +51,23 @@ CHATS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "Think briefly."}],
      "chat_template_kwargs": {"enable_thinking": False}},
 ]
+
+DEVELOPER_CHATS: list[dict[str, Any]] = [
+    # vLLM renders a developer message as a system message when the template has no
+    # developer role, merged with the others in front (engine.tokenizer.developer_as_system)
+    {"messages": [{"role": "developer", "content": "Be brief."},
+                  {"role": "user", "content": "Hi"}]},
+    {"messages": [{"role": "system", "content": "Sys."}, {"role": "developer", "content": "Dev."},
+                  {"role": "user", "content": "Hi"}]},
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                  {"role": "developer", "content": [{"type": "text", "text": "a"},
+                                                    {"type": "text", "text": "b"}]},
+                  {"role": "user", "content": "Again"}]},
+    {"messages": [{"role": "developer", "content": ""}, {"role": "system", "content": "S"},
+                  {"role": "user", "content": "Hi"}]},
+    {"messages": [{"role": "developer", "content": "Only a developer, with tools."},
+                  {"role": "user", "content": "Weather?"}], "tools": [WEATHER_TOOL]},
+    # without a developer message, a late system message stays where it is
+    {"messages": [{"role": "system", "content": "A"}, {"role": "user", "content": "x"},
+                  {"role": "system", "content": "B"}, {"role": "user", "content": "y"}]},
+]

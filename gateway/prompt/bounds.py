@@ -217,6 +217,11 @@ class ModelTemplate:
     def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
         return self.inner.chat_token_ids(without_template(request))
 
+    def as_vllm_reads(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
+        read = self.inner.as_vllm_reads(without_template(request))
+        messages = read.get("messages")
+        return request if messages is request.get("messages") else {**request, "messages": messages}
+
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.inner.text_token_ids(text, add_special_tokens)
 

@@ -234,6 +234,8 @@ class PromptHasher:
         units = self.renderer.units_per_token
         if kind != "chat":
             return self._plan_completion(model, seed, body, block_size, limits)
+        # vLLM's roles first (a developer message may move to the front), then the cut
+        body = self.renderer.as_vllm_reads(body)
         routable = routable_chat(body, limits.max_routed_chars, limits.max_routed_messages)
         if routable.client_template:
             self.fell_back("client_template")
