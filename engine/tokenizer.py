@@ -168,7 +168,14 @@ def template_tools(tools: Any) -> Any:
 
 
 def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Messages as a chat template expects them (content folded, tool args parsed)."""
+    """Messages as vLLM 0.32 hands them to a chat template (``renderers/chat_utils.py``,
+    ``_parse_chat_message_content`` and ``_postprocess_messages``): ``role`` and the
+    content folded (:func:`fold_content`); an assistant's ``tool_calls`` (none when
+    empty) with each call's ``arguments`` parsed to an object (``{}`` when empty, not
+    JSON or not an object) and its ``reasoning``, also as ``reasoning_content``; a tool
+    result's ``tool_call_id``; ``name`` and ``task`` when strings; a developer message's
+    ``tools``. vLLM's request model drops every other key (``reasoning_content`` or
+    ``thinking`` sent by a client included), so the template never sees them."""
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RenderError("messages must be a non-empty list")
@@ -176,25 +183,42 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     for message in messages:
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise RenderError("each message needs a role")
-        item: dict[str, Any] = {k: v for k, v in message.items() if k != "content"}
-        item["content"] = fold_content(message.get("content"))
-        tool_calls = message.get("tool_calls")
-        if isinstance(tool_calls, list):
-            parsed = []
-            for call in tool_calls:
-                call = dict(call) if isinstance(call, Mapping) else call
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, Mapping) and isinstance(function.get("arguments"), str):
-                    function = dict(function)
-                    try:
-                        function["arguments"] = json.loads(function["arguments"])
-                    except ValueError:
-                        pass
-                    call["function"] = function
-                parsed.append(call)
-            item["tool_calls"] = parsed
+        role = message["role"]
+        item: dict[str, Any] = {"role": role, "content": fold_content(message.get("content"))}
+        if role == "assistant":
+            tool_calls = message.get("tool_calls")
+            if isinstance(tool_calls, list):
+                if tool_calls:
+                    item["tool_calls"] = [_template_call(call) for call in tool_calls]
+            elif tool_calls is not None:
+                item["tool_calls"] = tool_calls  # not a list: the template says what is wrong
+            if message.get("reasoning") is not None:
+                item["reasoning"] = item["reasoning_content"] = message["reasoning"]
+        elif role == "tool" and "tool_call_id" in message:
+            item["tool_call_id"] = message["tool_call_id"]
+        for key in ("name", "task"):
+            if isinstance(message.get(key), str):
+                item[key] = message[key]
+        if role == "developer":
+            item["tools"] = message.get("tools")
         out.append(item)
     return out
+
+
+def _template_call(call: Any) -> Any:
+    """A tool call with its ``arguments`` as vLLM parses them for the template."""
+    if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        return call  # vLLM refuses it
+    function = dict(call["function"])
+    arguments = function.get("arguments")
+    parsed: Any = arguments
+    if isinstance(arguments, str) and arguments:
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            parsed = None
+    function["arguments"] = parsed if isinstance(parsed, dict) else {}
+    return {**call, "function": function}
 
 
 RELEASE_GIL_CHARS = 4096

@@ -52,7 +52,32 @@ CHATS: list[dict[str, Any]] = [
      "chat_template_kwargs": {"enable_thinking": False}},
 ]
 
-DEVELOPER_CHATS: list[dict[str, Any]] = [
+def _call(arguments: str) -> dict[str, Any]:
+    return {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": arguments}}
+
+
+_ASKED = {"role": "user", "content": "Weather in Paris?"}
+_ANSWERED = {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"}
+
+VLLM_MESSAGE_CHATS: list[dict[str, Any]] = [
+    # What vLLM makes of the messages before its template sees them
+    # (engine.tokenizer.conversation): an agent's reasoning between its calls ...
+    {"messages": [_ASKED, {"role": "assistant", "content": "", "reasoning": "Call it.",
+                           "tool_calls": [_call('{"city": "Paris"}')]}, _ANSWERED],
+     "tools": [WEATHER_TOOL]},
+    # ... which vLLM does not read under the name some clients send it
+    {"messages": [_ASKED, {"role": "assistant", "content": "", "reasoning_content": "Call it.",
+                           "tool_calls": [_call('{"city": "Paris"}')]}, _ANSWERED],
+     "tools": [WEATHER_TOOL]},
+    # arguments that are empty, not JSON, or not an object: {}
+    *({"messages": [_ASKED, {"role": "assistant", "content": None,
+                             "tool_calls": [_call(arguments)]}, _ANSWERED],
+       "tools": [WEATHER_TOOL]} for arguments in ("", "{city: Paris", "[1, 2]")),
+    # an assistant message echoed back as the API returned it
+    {"messages": [_ASKED, {"role": "assistant", "content": "Sunny.", "tool_calls": [],
+                           "refusal": None, "annotations": [], "audio": None},
+                  {"role": "user", "content": "And tomorrow?"}]},
     # vLLM renders a developer message as a system message when the template has no
     # developer role, merged with the others in front (engine.tokenizer.developer_as_system)
     {"messages": [{"role": "developer", "content": "Be brief."},

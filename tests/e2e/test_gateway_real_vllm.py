@@ -21,7 +21,7 @@ from engine.tokenizer import HFRenderer
 from engine.vllm.local import LocalReplica, VllmCpuSetup
 from gateway.prompt.render import PromptHasher
 from gateway.request.prompt_shapes import prompt_of
-from tests.chat_corpus import CHATS, DEVELOPER_CHATS
+from tests.chat_corpus import CHATS, VLLM_MESSAGE_CHATS
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until
 
@@ -94,7 +94,7 @@ def test_chat_and_completions_with_real_cache_hits(real_gateway: GatewayProcess)
 def test_rendered_ids_equal_vllm_tokenize(vllm_pair: list[LocalReplica]) -> None:
     hasher = PromptHasher(HFRenderer(str(model_dir())))
     url = vllm_pair[0].info.base_url + "/tokenize"
-    for chat in CHATS + DEVELOPER_CHATS:
+    for chat in CHATS + VLLM_MESSAGE_CHATS:
         ours = hasher.token_ids(MODEL, chat, "chat")
         theirs = httpx.post(url, json={"model": MODEL, "add_generation_prompt": True, **chat},
                             timeout=30).json()

@@ -1,12 +1,14 @@
-"""``developer`` messages route as vLLM renders them: as system messages, merged into one
-in front, when the model's chat template does not name the role (vLLM 0.32's
-``renderers/hf.py``; the e2e corpus checks the ids against a real vLLM's /tokenize)."""
+"""Messages route as vLLM renders them, after what vLLM does to them first (vLLM 0.32's
+``renderers/chat_utils.py`` and ``renderers/hf.py``; the e2e corpus checks the ids
+against a real vLLM's /tokenize): ``developer`` messages as system messages merged into
+one in front when the model's chat template does not name the role; only the keys vLLM
+keeps; tool-call arguments as vLLM parses them."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine.tokenizer import HFRenderer
+from engine.tokenizer import HFRenderer, conversation
 from gateway.prompt.bounds import ModelTemplate
 from gateway.prompt.render import PromptHasher
 
@@ -69,3 +71,36 @@ def test_a_template_that_names_the_developer_role_gets_it(qwen_dir: str) -> None
     text = renderer.render_chat({"messages": AGENT})
     assert "<|im_start|>developer\ncwd: /repo\nshell: bash<|im_end|>" in text
     assert text.startswith("<|im_start|>system\nYou are a coding agent.<|im_end|>")
+
+
+def call(arguments: str) -> dict[str, Any]:
+    return {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+
+
+def test_only_what_vllm_keeps_of_a_message_reaches_the_template(qwen: HFRenderer) -> None:
+    asked = {"role": "user", "content": "Weather?"}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "sunny"}
+    thought = {"role": "assistant", "content": "", "tool_calls": [call('{"c": "x"}')]}
+    hasher = PromptHasher(qwen)
+    plain = hashes(hasher, [asked, thought, result])
+    # vLLM's request model has no reasoning_content or thinking: the thought is not rendered
+    for key in ("reasoning_content", "thinking"):
+        assert hashes(hasher, [asked, {**thought, key: "Call f."}, result]) == plain
+    # ... it reads reasoning, which Qwen3's template renders in the loop of calls
+    reasoned = [asked, {**thought, "reasoning": "Call f."}, result]
+    assert hashes(hasher, reasoned) != plain
+    assert "<think>\nCall f.\n</think>" in qwen.render_chat({"messages": reasoned})
+    echoed = {"role": "assistant", "content": "Hi", "refusal": None, "annotations": [],
+              "tool_calls": [], "metadata": {"a": 1}}
+    assert conversation({"messages": [asked, echoed]})[1] == {"role": "assistant",
+                                                              "content": "Hi"}
+
+
+def test_tool_call_arguments_are_parsed_as_vllm_parses_them() -> None:
+    def arguments(text: str) -> Any:
+        messages = [{"role": "assistant", "content": None, "tool_calls": [call(text)]}]
+        return conversation({"messages": messages})[0]["tool_calls"][0]["function"]["arguments"]
+
+    assert arguments('{"c": "x"}') == {"c": "x"}
+    for text in ("", "{c: x", "[1, 2]", "42", "null"):  # vLLM coerces these to {}
+        assert arguments(text) == {}, text
