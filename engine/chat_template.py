@@ -15,15 +15,17 @@ two thirds of the gateway's install for what is, here, this module:
   ``trim_blocks`` and ``lstrip_blocks``, loop controls, the ``{% generation %}``
   tag (rendered as its body), ``tojson`` without HTML escaping, ``raise_exception``,
   ``strftime_now``, and ``dict`` / ``namespace`` that refuse private names;
-* what the template sees: ``messages`` (keys whose value is null dropped, a
-  message's reasoning also under ``reasoning_content`` and ``thinking``),
+* what the template sees: ``messages`` (keys whose value is null dropped; what
+  vLLM keeps of each message is ``engine.tokenizer.conversation``'s),
   ``tools``, ``documents`` (none), ``add_generation_prompt``, the tokenizer's
   named special tokens (``bos_token``, ``eos_token``, ... and any other
   ``*_token`` of its config) and the request's ``chat_template_kwargs``;
 * ``continue_final_message``: the last message rendered open, cut where its
   text ends (transformers' tag trick, as it does it).
 
-As of transformers 5.24; ``tests/unit/test_chat_template_parity.py`` renders a
+As of transformers 5.19, the last that vLLM 0.32 takes (it requires <5.20; later
+ones also give a message's reasoning as ``thinking``);
+``tests/unit/test_chat_template_parity.py`` renders a
 corpus of requests with this and with transformers itself, for every
 tokenizer folder at hand, and fails on the first difference.
 """
@@ -47,8 +49,6 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.template_shapes import TemplateShapes
 
-REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
-"""Names a message's reasoning comes under; templates read the first (gpt-oss's: ``thinking``)."""
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                        "cls_token", "mask_token")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
@@ -267,7 +267,7 @@ class ChatTemplates:
                                     "compatible")
         if tools is not None and any(not isinstance(tool, Mapping) for tool in tools):
             raise ChatTemplateError("each tool must be a JSON schema (an object)")
-        chat = list(_aliased(_without_nulls(messages)))
+        chat = list(_without_nulls(messages))
         final = ""
         if continue_final_message:
             if not chat:
@@ -289,15 +289,6 @@ class ChatTemplates:
 def _without_nulls(messages: Sequence[Mapping[str, Any]]) -> Iterator[dict[str, Any]]:
     for message in messages:
         yield {key: value for key, value in message.items() if value is not None}
-
-
-def _aliased(messages: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for message in messages:
-        reasoning = next((message[key] for key in REASONING_FIELDS
-                          if message.get(key) is not None), None)
-        if reasoning is not None:
-            message = {"thinking": reasoning, **message, "reasoning_content": reasoning}
-        yield message
 
 
 def _open_final(chat: list[dict[str, Any]], template: str) -> str:

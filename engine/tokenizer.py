@@ -32,6 +32,7 @@ from tokenizers import AddedToken, Encoding, Tokenizer
 
 from engine import pretokenize
 from engine.chat_template import ChatTemplates, read_chat_templates, special_tokens, token_text
+from engine.content_format import content_format
 from engine.template_shapes import TemplateShapes
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,7 @@ def developer_as_system(messages: list[Any], template: str) -> list[Any]:
             texts.append(text)
     if not merge:
         return converted
-    return [{"role": "system", "content": "\n\n".join(texts)}, *others]
+    return [{"role": "system", "content": "\n\n".join(texts), MERGED: True}, *others]
 
 
 def template_tools(tools: Any) -> Any:
@@ -167,7 +168,28 @@ def template_tools(tools: Any) -> Any:
     return out
 
 
-def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
+def openai_parts(content: Any) -> list[dict[str, str]]:
+    """vLLM's "openai" content format (``engine.content_format``): the text parts, each
+    as ``{"type": "text", "text": ...}``; a string as one part, none as no part."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            text = fold_content([part])  # the one text this part holds, or RenderError
+            parts.append({"type": "text", "text": text})
+        return parts
+    raise RenderError("message content must be a string or a list of parts")
+
+
+MERGED = "prefixgate_merged_system"
+"""Marks the system message :func:`developer_as_system` merged: vLLM merges after it has
+read the messages, so that message's content is a string whatever the content format."""
+
+
+def conversation(request: Mapping[str, Any], openai: bool = False) -> list[dict[str, Any]]:
     """Messages as vLLM 0.32 hands them to a chat template (``renderers/chat_utils.py``,
     ``_parse_chat_message_content`` and ``_postprocess_messages``): ``role`` and the
     content folded (:func:`fold_content`); an assistant's ``tool_calls`` (none when
@@ -175,7 +197,9 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
     JSON or not an object) and its ``reasoning``, also as ``reasoning_content``; a tool
     result's ``tool_call_id``; ``name`` and ``task`` when strings; a developer message's
     ``tools``. vLLM's request model drops every other key (``reasoning_content`` or
-    ``thinking`` sent by a client included), so the template never sees them."""
+    ``thinking`` sent by a client included), so the template never sees them.
+    ``openai``: the content as a list of parts (:func:`openai_parts`), but a tool
+    result's, which vLLM joins back into a string."""
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
         raise RenderError("messages must be a non-empty list")
@@ -184,7 +208,10 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise RenderError("each message needs a role")
         role = message["role"]
-        item: dict[str, Any] = {"role": role, "content": fold_content(message.get("content"))}
+        content = message.get("content")
+        item: dict[str, Any] = {"role": role, "content": (
+            openai_parts(content) if openai and role != "tool" and not message.get(MERGED)
+            else fold_content(content))}
         if role == "assistant":
             tool_calls = message.get("tool_calls")
             if isinstance(tool_calls, list):
@@ -206,19 +233,26 @@ def conversation(request: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _template_call(call: Any) -> Any:
-    """A tool call with its ``arguments`` as vLLM parses them for the template."""
+    """A tool call as vLLM's request model reads it: ``id``, ``function`` and ``type`` in
+    that order, ``function`` as ``arguments`` (parsed as vLLM parses them) and ``name``,
+    nothing else (a template that writes the call out as JSON shows the order)."""
     if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
         return call  # vLLM refuses it
-    function = dict(call["function"])
-    arguments = function.get("arguments")
+    arguments = call["function"].get("arguments")
     parsed: Any = arguments
     if isinstance(arguments, str) and arguments:
         try:
             parsed = json.loads(arguments)
         except ValueError:
             parsed = None
-    function["arguments"] = parsed if isinstance(parsed, dict) else {}
-    return {**call, "function": function}
+    function = {"arguments": parsed if isinstance(parsed, dict) else {}}
+    if "name" in call["function"]:
+        function["name"] = call["function"]["name"]
+    read: dict[str, Any] = {"id": call["id"]} if "id" in call else {}
+    read["function"] = function
+    if "type" in call:
+        read["type"] = call["type"]
+    return read
 
 
 RELEASE_GIL_CHARS = 4096
@@ -332,8 +366,9 @@ class HFRenderer:
             add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))
             requested = request.get("chat_template") or self._chat_template
             template = self._templates.pick(requested, tools is not None)
+            openai = content_format(template) == "openai"
             return self._sandbox.render(
-                template, conversation(request), tools=tools,
+                template, conversation(request, openai), tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final,
                 variables={**self._variables, **kwargs})

@@ -96,3 +96,33 @@ VLLM_MESSAGE_CHATS: list[dict[str, Any]] = [
     {"messages": [{"role": "system", "content": "A"}, {"role": "user", "content": "x"},
                   {"role": "system", "content": "B"}, {"role": "user", "content": "y"}]},
 ]
+
+
+PARTS_TEMPLATE = (  # loops over a message's parts, as multimodal models' templates do
+    "{%- for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}{%- if part['type'] == 'text' %}"
+    "{{ part['text'] | trim }}{%- endif %}{%- endfor %}{%- endif %}"
+    "{%- for call in message.tool_calls or [] %}<tool_call>{{ call.function | tojson }}"
+    "</tool_call>{%- endfor %}<|im_end|>\n{% endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+"""vLLM hands this template every content as a list of parts ("openai" format), which
+it trims, where a string would not be (engine.content_format)."""
+
+PARTS_TEMPLATE_CHATS: list[dict[str, Any]] = [
+    {"messages": [{"role": "system", "content": "  You are terse. \n"},
+                  {"role": "user", "content": " Hi  "}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": " one "},
+                                               {"type": "text", "text": "two\n"}]}]},
+    # merged after vLLM read the messages: a string, untrimmed
+    {"messages": [{"role": "system", "content": " S "}, {"role": "user", "content": "q"},
+                  {"role": "developer", "content": " D "}, {"role": "user", "content": "q2"}]},
+    {"messages": [{"role": "developer", "content": " D "}, {"role": "user", "content": "q"}]},
+    # a tool result's parts joined back into a string; a call written out as JSON
+    {"messages": [_ASKED, {"role": "assistant", "content": None,
+                           "tool_calls": [_call('{"city": "Paris"}')]},
+                  {"role": "tool", "tool_call_id": "call_1",
+                   "content": [{"type": "text", "text": " a "}, {"type": "text", "text": "b "}]}],
+     "tools": [WEATHER_TOOL]},
+]
+"""Chats for a replica and a gateway that both render with :data:`PARTS_TEMPLATE`."""

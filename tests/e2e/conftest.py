@@ -20,10 +20,11 @@ BLOCKS = 96
 """A small KV cache (96 blocks of 32 tokens) so that eviction happens in a test."""
 SPEC = LaunchSpec(model=MODEL, max_model_len=2048, num_gpu_blocks_override=BLOCKS,
                   extra_env=(("VLLM_ENABLE_RESPONSES_API_STORE", "1"),),
-                  extra_args=("--enable-scale-out",))
+                  extra_args=("--enable-scale-out", "--trust-request-chat-template"))
 """The store keeps /v1/responses answers in the replica, so previous_response_id works;
 scale-out serves the render routes, whose token ids the gateway's rendering is checked
-against (Responses and Messages API requests with tools and tool calls)."""
+against (Responses and Messages API requests with tools and tool calls); a request's own
+chat template is taken, so the rendering is checked with other templates too."""
 
 
 def setup_or_skip() -> VllmCpuSetup:

@@ -19,9 +19,10 @@ import pytest
 from engine.pool.scrape import parse_vllm_metrics
 from engine.tokenizer import HFRenderer
 from engine.vllm.local import LocalReplica, VllmCpuSetup
+from gateway.prompt.bounds import ModelTemplate
 from gateway.prompt.render import PromptHasher
 from gateway.request.prompt_shapes import prompt_of
-from tests.chat_corpus import CHATS, VLLM_MESSAGE_CHATS
+from tests.chat_corpus import CHATS, PARTS_TEMPLATE, PARTS_TEMPLATE_CHATS, VLLM_MESSAGE_CHATS
 from tests.support.gateway import GatewayProcess
 from tests.support.waiting import wait_until
 
@@ -98,6 +99,14 @@ def test_rendered_ids_equal_vllm_tokenize(vllm_pair: list[LocalReplica]) -> None
         ours = hasher.token_ids(MODEL, chat, "chat")
         theirs = httpx.post(url, json={"model": MODEL, "add_generation_prompt": True, **chat},
                             timeout=30).json()
+        assert ours == theirs["tokens"], chat
+    # a template that loops over a message's parts gets every content as parts from vLLM
+    # (which it trims here); a gateway configured with the replica's --chat-template
+    parts = PromptHasher(ModelTemplate(HFRenderer(str(model_dir()), chat_template=PARTS_TEMPLATE)))
+    for chat in PARTS_TEMPLATE_CHATS:
+        ours = parts.token_ids(MODEL, chat, "chat")
+        theirs = httpx.post(url, json={"model": MODEL, "add_generation_prompt": True,
+                                       "chat_template": PARTS_TEMPLATE, **chat}, timeout=30).json()
         assert ours == theirs["tokens"], chat
 
 

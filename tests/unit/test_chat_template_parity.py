@@ -89,8 +89,6 @@ REQUESTS: list[dict[str, Any]] = [
                       "{{ ns.n }}{{ dict(a=1) | tojson }}"},
     {"messages": [{"role": "user", "content": "x"}],
      "chat_template": "{{ raise_exception('no') }}"},
-    {"messages": [{"role": "user", "content": "x"}],
-     "chat_template": "{% set ns = namespace(_private=1) %}{{ ns }}"},
     {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
      "continue_final_message": True, "add_generation_prompt": True},
 ]
@@ -198,3 +196,14 @@ def test_continuing_a_final_message_leaves_the_callers_parts_as_sent() -> None:
                                       continue_final_message=True, variables={})
     assert rendered.endswith("<assistant>Once upon")
     assert parts == [{"type": "text", "text": "Once upon"}]
+
+
+def test_a_template_cannot_store_underscore_names() -> None:
+    """The one place the gateway's sandbox is stricter than vLLM 0.32's transformers
+    (5.19; later versions refuse it too): templates run in the gateway's own process."""
+    folder = bundled_qwen_tokenizer_dir()
+    assert folder
+    with pytest.raises(RenderError, match="underscore"):
+        HFRenderer(folder).render_chat({
+            "messages": [{"role": "user", "content": "x"}],
+            "chat_template": "{% set ns = namespace(_private=1) %}{{ ns }}"})

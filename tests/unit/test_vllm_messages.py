@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.content_format import content_format
 from engine.tokenizer import HFRenderer, conversation
 from gateway.prompt.bounds import ModelTemplate
 from gateway.prompt.render import PromptHasher
 
+from ..chat_corpus import PARTS_TEMPLATE
 from .test_incremental_render import expected_hashes
 
 AGENT = [{"role": "system", "content": "You are a coding agent."},
@@ -104,3 +106,41 @@ def test_tool_call_arguments_are_parsed_as_vllm_parses_them() -> None:
     assert arguments('{"c": "x"}') == {"c": "x"}
     for text in ("", "{c: x", "[1, 2]", "42", "null"):  # vLLM coerces these to {}
         assert arguments(text) == {}, text
+
+
+PART_LOOPS = {  # a template, and the format vLLM 0.32 gives it (checked with its own code)
+    "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}":
+        "openai",
+    "{% for m in messages if m.role != 'system' %}{% for p in m['content'] | list %}"
+    "{{ p }}{% endfor %}{% endfor %}": "openai",
+    "{% macro r(parts) %}{% for p in parts %}{{ p.text }}{% endfor %}{% endmacro %}"
+    "{% for m in messages %}{{ r(m.content) }}{% endfor %}": "openai",
+    "{% macro r(a, parts=none) %}{% for p in parts %}{{ p }}{% endfor %}{% endmacro %}"
+    "{% for m in messages %}{{ r(1, parts=m['content']) }}{% endfor %}": "openai",
+    "{% for m in messages %}{% set content = m.content %}{% for p in content %}{{ p }}"
+    "{% endfor %}{% endfor %}": "openai",
+    "{% for m in messages %}{{ m.content | trim }}{% endfor %}": "string",
+    "{% macro r(xs) %}{% for x in xs %}{{ x }}{% endfor %}{% endmacro %}"
+    "{% for m in messages %}{{ m.content }}{{ r(tools) }}{% endfor %}": "string",
+    "{% for m in messages %}{{ m.content }{% endfor %}": "string",  # does not parse
+}
+
+
+def test_the_content_format_is_vllms() -> None:
+    for template, expected in PART_LOOPS.items():
+        assert content_format(template) == expected, template
+
+
+def test_a_template_that_loops_over_parts_routes_on_the_parts(qwen_dir: str) -> None:
+    renderer = HFRenderer(qwen_dir, chat_template=PARTS_TEMPLATE)
+    chat = {"messages": [{"role": "system", "content": "  Be terse. \n"},
+                         {"role": "user", "content": [{"type": "text", "text": " one "},
+                                                      {"type": "text", "text": "two"}]}]}
+    # vLLM hands it parts, which it trims: a string would keep its spaces and newlines
+    assert renderer.render_chat(chat).startswith(
+        "<|im_start|>system\nBe terse.<|im_end|>\n<|im_start|>user\nonetwo<|im_end|>")
+    hasher = PromptHasher(renderer)
+    trimmed = {"messages": [{"role": "system", "content": "Be terse."},
+                            {"role": "user", "content": [{"type": "text", "text": "one"},
+                                                         {"type": "text", "text": "two"}]}]}
+    assert hashes(hasher, chat["messages"]) == hashes(hasher, trimmed["messages"])
