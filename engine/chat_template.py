@@ -141,6 +141,17 @@ def token_text(value: Any) -> str | None:
     return None
 
 
+def chat_template_option(value: str) -> str:
+    """The template a ``--chat-template`` value names, as vLLM reads the option: a file's
+    text, or, when no such file exists and the value holds ``{``, ``}`` or a newline, the
+    value itself."""
+    if os.path.isfile(value):
+        return _read(value)
+    if any(char in value for char in "{}\n"):
+        return value
+    raise ChatTemplateError(f"chat template file {value} does not exist")
+
+
 def _read(path: str) -> str:
     with open(path, encoding="utf-8") as handle:
         return handle.read()

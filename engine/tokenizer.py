@@ -326,6 +326,10 @@ class HFRenderer:
             log.info("tokenizer %s: fast pre-tokenization off: %s", self.name,
                      self.fast_pretokenize_reason)
 
+    def use_chat_template(self, template: str) -> None:
+        """Render with ``template`` (vLLM's ``--chat-template``) instead of the folder's."""
+        self._chat_template = template
+
     @property
     def fast_pretokenize(self) -> bool:
         """Whether ASCII texts are encoded by ``engine.pretokenize``."""

@@ -402,6 +402,10 @@ class ModelSettings(Strict):
     """Served model name, as clients send it in ``model``."""
     tokenizer: str | None = None
     """Hugging Face folder with tokenizer.json and the chat template."""
+    chat_template: str | None = None
+    """The chat template the replicas render this model with when they run with vLLM's
+    ``--chat-template``: the same value (a file, or the template itself). Unset: the
+    tokenizer folder's, as vLLM uses it without the option."""
 
 
 class EmbeddedSettings(Strict):
@@ -464,6 +468,9 @@ class Settings(Strict):
     tokenizer: str | None = None
     """Tokenizer folder of the one model the replicas serve, when ``models``
     does not name it (``--tokenizer`` without ``--model``)."""
+    chat_template: str | None = None
+    """``models[].chat_template`` of the one model the replicas serve, when ``models``
+    does not name it (``--chat-template`` without ``--model``)."""
     embedded: EmbeddedSettings = Field(default_factory=EmbeddedSettings)
     """What ``prefixgate serve`` starts when no replica is configured."""
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
@@ -553,7 +560,7 @@ _ENV_SCALARS = {
     "HOST": "host", "PORT": "port", "HEALTH_PORT": "health_port", "WORKERS": "workers", "POLICY": "policy", "MAX_BODY_BYTES": "max_body_bytes",
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
-    "TOKENIZER": "tokenizer", "API_KEYS": "api_keys",
+    "TOKENIZER": "tokenizer", "CHAT_TEMPLATE": "chat_template", "API_KEYS": "api_keys",
     "TENANT_SALT_SECRET": "tenant_salt_secret",
     "REDIS_URL": "redis_url", "REDIS_KEY_PREFIX": "redis_key_prefix",
 }

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from engine.chat_template import chat_template_option
 from gateway.auth.keys import exposure_warning
 from gateway.config import (
     ConfigError,
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="served model name of the --replica replicas")
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
                    "--model: for the one model the replicas serve)")
+    p.add_argument("--chat-template", metavar="FILE",
+                   help="the --chat-template the replicas run with (a file, or the template), "
+                        "for --model, or without --model for the one model they serve "
+                        "(default: the tokenizer folder's)")
     p.add_argument("--policy", help="routing policy (round_robin, least_load, ...)")
     p.add_argument("--workers", type=_workers_arg, metavar="N|auto",
                    help="serving processes on the one port, routing as one gateway "
@@ -101,9 +106,11 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.replicas_from:
         out["replicas_from"] = [parse_source_arg(r, args.model) for r in args.replicas_from]
     if args.model:
-        out["models"] = [{"name": args.model, "tokenizer": args.tokenizer}]
-    elif args.tokenizer:
+        out["models"] = [{"name": args.model, "tokenizer": args.tokenizer,
+                          "chat_template": args.chat_template}]
+    else:
         out["tokenizer"] = args.tokenizer
+        out["chat_template"] = args.chat_template
     return out
 
 
@@ -151,6 +158,11 @@ def _configuration_problem(settings: Settings) -> str | None:
         problem = configured_folder_problem(folder)
         if problem:
             return f"{problem} (--tokenizer / models[].tokenizer)"
+    for value in filter(None, [settings.chat_template, *(m.chat_template for m in settings.models)]):
+        try:
+            chat_template_option(value)
+        except (OSError, ValueError) as exc:
+            return f"{exc} (--chat-template / models[].chat_template)"
     for port in (settings.port, settings.health_port):
         if port is None:
             continue

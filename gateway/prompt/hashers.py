@@ -20,7 +20,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from engine.tokenizer import ByteRenderer, Renderer, load_renderer
+from engine.chat_template import chat_template_option
+from engine.tokenizer import ByteRenderer, HFRenderer, Renderer, load_renderer
 from gateway.config import LimitSettings, ModelSettings
 from gateway.prompt.render import PromptHasher
 from gateway.prompt.tokenizer_source import (
@@ -44,7 +45,8 @@ class TokenizerConfigError(ValueError):
 class HasherSet:
     def __init__(self, models: list[ModelSettings], default_tokenizer: str | None = None,
                  loader: Callable[[str | None], Renderer] = load_renderer,
-                 limits: LimitSettings | None = None) -> None:
+                 limits: LimitSettings | None = None,
+                 default_chat_template: str | None = None) -> None:
         self._loader = loader
         self._default_tokenizer = default_tokenizer
         self.limits = limits if limits is not None else LimitSettings()
@@ -58,20 +60,30 @@ class HasherSet:
             problem = configured_folder_problem(folder)
             if problem:
                 raise TokenizerConfigError(f"{problem} (--tokenizer / models[].tokenizer)")
+        self._default_template = _template(default_chat_template)
+        self._templates = {m.name: _template(m.chat_template) for m in models if m.chat_template}
         for model in models:
             if model.name in self._choices:
                 continue
             if model.tokenizer:
                 self._adopt(model.name, find_tokenizer(model.name, model.tokenizer, None),
-                            PromptHasher(self._load(model.tokenizer), self.limits))
+                            PromptHasher(self._load(model.name, model.tokenizer), self.limits))
 
-    def _load(self, folder: str) -> Renderer:
+    def _load(self, model: str, folder: str) -> Renderer:
         try:
-            return self._loader(folder)
+            return self._renderer(model, folder)
         except (OSError, ValueError) as exc:
             raise TokenizerConfigError(
                 f"tokenizer folder {folder} does not load ({type(exc).__name__}: {exc})"
             ) from exc
+
+    def _renderer(self, model: str, folder: str) -> Renderer:
+        """The folder's renderer, with the model's configured chat template if any."""
+        renderer = self._loader(folder)
+        template = self._templates.get(model, self._default_template)
+        if template is not None and isinstance(renderer, HFRenderer):
+            renderer.use_chat_template(template)
+        return renderer
 
     # -- lookup --------------------------------------------------------------------
 
@@ -111,11 +123,13 @@ class HasherSet:
                if m not in self._choices and m not in self._pending]
         if not new:
             return
-        if self._default_tokenizer:
+        if self._default_tokenizer or self._default_template is not None:
             served = sorted(set(models) | set(self._choices))
+            given = (f"--tokenizer {self._default_tokenizer}" if self._default_tokenizer
+                     else "--chat-template")
             if len(served) > 1:
                 raise TokenizerConfigError(
-                    f"--tokenizer {self._default_tokenizer} was given without --model, but the "
+                    f"{given} was given without --model, but the "
                     f"replicas serve {len(served)} models ({', '.join(served)}): name the model "
                     "it belongs to with --model NAME (or list models[].tokenizer in the config)")
         for model in new:
@@ -130,11 +144,11 @@ class HasherSet:
 
     async def _resolve(self, model: str, root: str | None) -> None:
         choice = find_tokenizer(model, self._default_tokenizer, root)
-        if not choice.real:
+        if choice.path is None:
             self._adopt(model, choice, None)
             return
         try:
-            renderer = await asyncio.to_thread(self._loader, choice.path)
+            renderer = await asyncio.to_thread(self._renderer, model, choice.path)
         except (OSError, ValueError) as exc:
             self._adopt(model, TokenizerChoice(
                 "bytes", None, f"loading {choice.path} failed ({type(exc).__name__}: {exc})"), None)
@@ -159,7 +173,7 @@ class HasherSet:
     def _load_followed(self, model: str) -> PromptHasher | None:
         folder = self._unloaded.pop(model)
         try:
-            hasher = PromptHasher(self._loader(folder), self.limits)
+            hasher = PromptHasher(self._renderer(model, folder), self.limits)
         except (OSError, ValueError) as exc:
             self._choices[model] = TokenizerChoice(
                 "bytes", None, f"loading {folder} failed ({type(exc).__name__})")
@@ -182,3 +196,12 @@ class HasherSet:
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _template(value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        return chat_template_option(value)
+    except (OSError, ValueError) as exc:
+        raise TokenizerConfigError(f"{exc} (--chat-template / models[].chat_template)") from exc

@@ -94,7 +94,7 @@ def build_pool(settings: Settings, transport: TransportFactory) -> ReplicaPool:
 
 def build_hashers(settings: Settings) -> HasherSet:
     return HasherSet(settings.models, default_tokenizer=settings.tokenizer,
-                     limits=settings.limits)
+                     limits=settings.limits, default_chat_template=settings.chat_template)
 
 
 def build_lint(settings: Settings, hashers: HasherSet, metrics: GatewayMetrics) -> LintService:

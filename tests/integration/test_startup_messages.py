@@ -82,3 +82,8 @@ def test_a_configured_tokenizer_that_is_not_one_stops_start_up(tmp_path: Path) -
     empty = serve("--replica", replica, "--tokenizer", str(tmp_path))
     assert empty.returncode == 2
     assert f"tokenizer folder {tmp_path} is not a tokenizer" in empty.stderr
+    missing_template = serve("--replica", replica, "--model", MODEL, "--chat-template",
+                             "/nonexistent/template.jinja")
+    assert missing_template.returncode == 2
+    assert ("chat template file /nonexistent/template.jinja does not exist "
+            "(--chat-template / models[].chat_template)") in missing_template.stderr

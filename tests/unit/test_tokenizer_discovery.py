@@ -116,3 +116,30 @@ async def test_precise_without_a_tokenizer_says_what_it_falls_back_to(
     assert any("model m: no tokenizer" in m and "byte prefix" in m for m in messages)
     assert any("policy precise: model m has no tokenizer" in m and "speculative" in m
                for m in messages)
+
+
+BRACKETS = ("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant] {% endif %}")
+
+
+async def test_the_replicas_chat_template_is_the_one_routing_renders_with(
+        qwen_dir: str, tmp_path: Path) -> None:
+    """vLLM started with --chat-template renders with it, whatever the folder holds: the
+    gateway given the same value renders the same prompt, found folder or configured."""
+    file = tmp_path / "brackets.jinja"
+    file.write_text(BRACKETS)
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    configured = HasherSet(load_settings(overrides={"models": [
+        {"name": "m", "tokenizer": qwen_dir, "chat_template": str(file)}]}).models)
+    assert configured.get("m").renderer.render_chat(chat) == "[user] hi\n[assistant] "
+    found = HasherSet([], default_chat_template=BRACKETS)  # the template itself
+    await found.discover(["m"], lambda model: qwen_dir)
+    assert found.get("m").renderer.render_chat(chat) == "[user] hi\n[assistant] "
+    plain = HasherSet([])
+    await plain.discover(["m"], lambda model: qwen_dir)
+    assert plain.get("m").renderer.render_chat(chat).startswith("<|im_start|>user\nhi")
+    with pytest.raises(TokenizerConfigError, match="does not exist"):
+        HasherSet([], default_chat_template=str(tmp_path / "missing.jinja"))
+    several = HasherSet([], default_chat_template=BRACKETS)
+    with pytest.raises(TokenizerConfigError, match="--chat-template was given without"):
+        await several.discover(["a", "b"], lambda model: qwen_dir)
