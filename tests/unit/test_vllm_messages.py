@@ -123,6 +123,9 @@ PART_LOOPS = {  # a template, and the format vLLM 0.32 gives it (checked with it
     "{% macro r(xs) %}{% for x in xs %}{{ x }}{% endfor %}{% endmacro %}"
     "{% for m in messages %}{{ m.content }}{{ r(tools) }}{% endfor %}": "string",
     "{% for m in messages %}{{ m.content }{% endfor %}": "string",  # does not parse
+    # a filter transformers does not define: the template does not compile
+    "{% for m in messages %}{% for p in m.content | parts_of %}{{ p }}{% endfor %}"
+    "{% endfor %}": "string",
 }
 
 
