@@ -263,6 +263,15 @@ class HasherCollector(Collector):
             "hf-cache, or bytes when none was found).", labels=["model", "source"])
         for model, choice in self.hashers.tokenizers().items():
             info.add_metric([model, str(choice["source"])], 1.0)
+        yield info
+        checks = GaugeMetricFamily(
+            "prefixgate_render_check",
+            "1 per served model and replica: whether the replica's /tokenize gives the token "
+            "ids the gateway renders for the same chats (match, differs, unchecked).",
+            labels=["model", "replica", "result"])
+        for model, replica, check in self.hashers.render_checks():
+            checks.add_metric([model, replica, check.result], 1.0)
+        yield checks
         enabled = GaugeMetricFamily(
             "prefixgate_incremental_render_enabled",
             "1 when follow-ups are rendered from the last known turn (template verified).",
@@ -289,4 +298,4 @@ class HasherCollector(Collector):
             shapes = getattr(hasher.renderer, "template_shapes", None)
             fills.add_metric([model], shapes.fills if shapes is not None else 0)
             fill_failures.add_metric([model], shapes.audit_failures if shapes is not None else 0)
-        yield from (info, enabled, renders, failures, fills, fill_failures)
+        yield from (enabled, renders, failures, fills, fill_failures)

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from engine.chat_template import chat_template_option
 from engine.tokenizer import ByteRenderer, HFRenderer, Renderer, load_renderer
 from gateway.config import LimitSettings, ModelSettings
 from gateway.prompt.render import PromptHasher
+from gateway.prompt.render_check import RenderCheck
 from gateway.prompt.tokenizer_source import (
     TokenizerChoice,
     configured_folder_problem,
@@ -56,6 +58,7 @@ class HasherSet:
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._followed: dict[str, str | None] = {}
         self._unloaded: dict[str, str] = {}  # followed, loaded on first use
+        self._checks: dict[str, dict[str, RenderCheck]] = {}
         for folder in filter(None, [default_tokenizer, *(m.tokenizer for m in models)]):
             problem = configured_folder_problem(folder)
             if problem:
@@ -106,9 +109,24 @@ class HasherSet:
     def choice(self, model: str) -> TokenizerChoice | None:
         return self._choices.get(model)
 
-    def tokenizers(self) -> dict[str, dict[str, str | None]]:
-        """Per model: where its tokenizer came from (for ``/ready`` and the ops view)."""
-        return {model: {"source": c.source, "path": c.path} for model, c in self._choices.items()}
+    def tokenizers(self) -> dict[str, dict[str, Any]]:
+        """Per model: where its tokenizer came from (for ``/ready`` and the ops view), and
+        per replica whether it renders the same token ids (``render_checks``, once checked:
+        ``gateway.prompt.render_check``)."""
+        out: dict[str, dict[str, Any]] = {}
+        for model, c in self._choices.items():
+            out[model] = {"source": c.source, "path": c.path}
+            if model in self._checks:
+                out[model]["render_checks"] = {
+                    replica: check.as_json() for replica, check in self._checks[model].items()}
+        return out
+
+    def record_check(self, model: str, replica_id: str, check: RenderCheck) -> None:
+        self._checks.setdefault(model, {})[replica_id] = check
+
+    def render_checks(self) -> list[tuple[str, str, RenderCheck]]:
+        return [(model, replica, check) for model, checks in self._checks.items()
+                for replica, check in checks.items()]
 
     # -- discovery -------------------------------------------------------------------
 

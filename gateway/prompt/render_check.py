@@ -22,13 +22,18 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from engine.backends.base import Backend
+from engine.errors import EngineError
 from engine.tokenizer import RenderError
 from gateway.prompt.render import PromptHasher
+
+if TYPE_CHECKING:
+    from engine.pool.replicas import ReplicaPool
+    from gateway.prompt.hashers import HasherSet
 
 log = logging.getLogger("prefixgate.render_check")
 
@@ -89,7 +94,7 @@ async def check_replica(model: str, hasher: PromptHasher, backend: Backend) -> R
         try:
             status, theirs = await asyncio.wait_for(_tokenize(backend, model, chat),
                                                     CHECK_SECONDS)
-        except (OSError, TimeoutError, ValueError) as exc:  # incl. engine.errors failures
+        except (EngineError, OSError, TimeoutError, ValueError) as exc:
             return RenderCheck("unchecked", f"/tokenize did not answer ({type(exc).__name__})")
         if status in (401, 403, 404, 405, 501):
             return RenderCheck("unchecked", f"the replica refused /tokenize ({status})")
@@ -128,3 +133,62 @@ def advice(model: str, replica_id: str, check: RenderCheck, source: str | None) 
             f"vLLM with --chat-template, give the gateway the same value (--chat-template, "
             f"models[].chat_template); else check the tokenizer (here from {source}) and the "
             f"replica's vLLM version")
+
+
+class RenderChecker:
+    """Checks each (model, replica) when the replica turns healthy (it may have restarted
+    with another template), one check at a time per pair; results go to the hashers."""
+
+    def __init__(self, hashers: HasherSet, pool: ReplicaPool) -> None:
+        self.hashers = hashers
+        self.pool = pool
+        self._running: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def start(self) -> None:
+        for replica in self.pool:
+            if replica.healthy:
+                self.replica_healthy(replica.id, True)
+        self.pool.add_listener(self.replica_healthy)
+
+    def replica_healthy(self, replica_id: str, healthy: bool) -> None:
+        if not healthy:
+            return
+        for model in list(self.pool.get(replica_id).models):
+            key = (model, replica_id)
+            if key not in self._running:
+                task = asyncio.ensure_future(self._check(model, replica_id))
+                self._running[key] = task
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        for key, running in list(self._running.items()):
+            if running is task:
+                del self._running[key]
+
+    async def _check(self, model: str, replica_id: str) -> None:
+        from gateway.prompt.hashers import TokenizerConfigError
+        try:
+            await self.hashers.discover([model], self.pool.model_root)
+        except TokenizerConfigError:
+            return  # said at start-up
+        if not self.hashers.has_tokenizer(model):
+            return  # the byte renderer predicts no token ids to compare
+        try:
+            backend = self.pool.get(replica_id).backend
+        except KeyError:
+            return  # removed meanwhile
+        check = await check_replica(model, self.hashers.get(model), backend)
+        self.hashers.record_check(model, replica_id, check)
+        if check.result == "differs":
+            choice = self.hashers.choice(model)
+            log.warning("%s", advice(model, replica_id, check,
+                                     choice.note if choice is not None else None))
+        else:
+            log.info("model %s: replica %s render check: %s (%s)", model, replica_id,
+                     check.result, check.detail)
+
+    async def aclose(self) -> None:
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

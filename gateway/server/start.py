@@ -19,7 +19,8 @@ half-way stops what had started::
                           response homes, the recorder, fleet, live linter, trace
     state, ops view       what the routes read
     discovery             replicas from DNS (replicas_from)
-    start:                pool, discovery, fleet, tokenizers, counters at zero,
+    start:                pool, discovery, fleet, tokenizers, render checks (the
+                          replicas' token ids against the gateway's), counters at zero,
                           ops sampler, loop-lag meter, live linter, GC pauses,
                           KV feed
     api, front door       the gateway's own routes; every request's entry
@@ -53,6 +54,7 @@ from gateway.ops.sampler import OpsSampler
 from gateway.ops.stats import OpsStats
 from gateway.ops.view import OpsView
 from gateway.ops.worker_readings import encode_readings, local_readings
+from gateway.prompt.render_check import RenderChecker
 from gateway.replicas.inprocess import start_inprocess
 from gateway.replicas.kv_feed import KVFeed
 from gateway.replicas.sources import TransportFactory, build_discovery, follow_events
@@ -162,6 +164,9 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
             await siblings.start()
             stack.push_async_callback(siblings.aclose)
         await discover_tokenizers(hashers, pool, policy)
+        render_checker = RenderChecker(hashers, pool)  # same token ids as the replicas?
+        render_checker.start()
+        stack.push_async_callback(render_checker.aclose)
         metrics.start_at_zero(SUGGESTIONS if live.lint.enabled else ())
         ops_sampler.start()
         stack.push_async_callback(ops_sampler.aclose)

@@ -133,6 +133,16 @@ def test_tokenize_detokenize_and_models_answer_as_vllm(real_gateway: GatewayProc
     assert c.models.retrieve(MODEL).model_extra["max_model_len"] == 2048  # type: ignore[index]
     version = httpx.get(real_gateway.url + "/version").json()
     assert version["version"] == httpx.get(direct + "/version").json()["version"]
+    # each replica's /tokenize gave the gateway's own token ids on every probe
+    checks: dict = {}
+
+    def checked() -> bool:
+        ready = httpx.get(real_gateway.url + "/ready", timeout=10).json()
+        checks.update(ready["tokenizers"][MODEL].get("render_checks") or {})
+        return len(checks) == len(vllm_pair)
+    wait_until(checked, 60, "render checks of both replicas")
+    assert {c["result"] for c in checks.values()} == {"match"}, checks
+    assert all(c["detail"].startswith("5 probes") for c in checks.values()), checks
 
 
 def test_responses_follow_up_lands_where_vllm_stored_it(real_gateway: GatewayProcess,

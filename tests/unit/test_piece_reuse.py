@@ -78,6 +78,9 @@ class CharRenderer:
     def chat_token_ids(self, request: Mapping[str, Any]) -> list[int]:
         raise NotImplementedError
 
+    def as_vllm_reads(self, request: Mapping[str, Any]) -> Mapping[str, Any]:
+        return request
+
     def decode(self, token_ids: Sequence[int]) -> str:
         return "".join(chr(t) for t in token_ids)
 

@@ -28,7 +28,7 @@ AS_VLLM_BUILDS_IT = [{"role": "system",
                      *AGENT[1:3], AGENT[4]]
 
 
-def hashes(hasher: PromptHasher, messages: list[dict[str, Any]]) -> list[int]:
+def hashes(hasher: PromptHasher, messages: list[Any]) -> list[int]:
     return list(hasher.describe("m", {"messages": messages}, "chat", 4).block_hashes)
 
 
@@ -92,7 +92,7 @@ def test_only_what_vllm_keeps_of_a_message_reaches_the_template(qwen: HFRenderer
     reasoned = [asked, {**thought, "reasoning": "Call f."}, result]
     assert hashes(hasher, reasoned) != plain
     assert "<think>\nCall f.\n</think>" in qwen.render_chat({"messages": reasoned})
-    echoed = {"role": "assistant", "content": "Hi", "refusal": None, "annotations": [],
+    echoed: dict[str, Any] = {"role": "assistant", "content": "Hi", "refusal": None, "annotations": [],
               "tool_calls": [], "metadata": {"a": 1}}
     assert conversation({"messages": [asked, echoed]})[1] == {"role": "assistant",
                                                               "content": "Hi"}
