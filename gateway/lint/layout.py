@@ -51,16 +51,16 @@ class Layout:
             text = renderer.render_chat({**body, "messages": marked})
         except (RenderError, TypeError, ValueError):
             return {}
+        # Where each message's marker landed, in the order they appear: vLLM may render a
+        # message elsewhere than its place in the list (a developer message merged into
+        # the system prompt in front: engine.tokenizer.developer_as_system).
+        landed = sorted((found, index) for index, marker in enumerate(markers)
+                        if (found := text.find(marker)) >= 0)
         out: dict[int, int] = {}
         shift = 0
-        position = 0
-        for index, marker in enumerate(markers):
-            found = text.find(marker, position)
-            if found < 0:
-                return out
+        for found, index in landed:
             out[index] = found + shift
-            shift += len(self.contents[index]) - len(marker)
-            position = found + len(marker)
+            shift += len(self.contents[index]) - len(markers[index])
         return out
 
     def _tools(self, tools: Any) -> dict[int, int]:

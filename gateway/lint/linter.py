@@ -28,17 +28,18 @@ no warning left: the tokens before the final turn.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.tokenizer import Renderer
+from engine.tokenizer import MERGED, Renderer
 from gateway.lint.detect import Detector
 from gateway.lint.layout import Layout
 from gateway.lint.model import Finding, LintReport, Severity
 from gateway.lint.structure import (
     TextField,
     final_start,
+    leading_system,
     text_fields,
     tool_findings,
     unicode_findings,
@@ -138,6 +139,7 @@ class Linter(FieldLinter):
                 findings.append(_with_token(finding, token))
         findings.extend(_with_token(f, 0 if f.kind == "cache_salt" else None)
                         for f in self.request_findings(body, now))
+        findings.extend(self._moved_to_front(body, fields, layout, prompt))
         span = self.probe.injected_span(self.template, body, rendered) if rendered else None
         if span is not None:
             findings.append(Finding(
@@ -156,6 +158,36 @@ class Linter(FieldLinter):
                 detail=f"{stable_tokens} stable tokens < block size {block_size}"))
         report = make_report(self.model, block_size, prompt.total, stable_tokens, findings)
         return Analysis(body, fields, rendered, layout, prompt, stable_tokens, report)
+
+
+    def _moved_to_front(self, body: Mapping[str, Any], fields: Sequence[TextField],
+                        layout: Layout, prompt: PromptTokens) -> list[Finding]:
+        """System and developer messages after the conversation's start that vLLM merges
+        into the system prompt in front (a developer message with a template that has no
+        such role: ``engine.tokenizer.developer_as_system``): the request that adds one
+        changes the prompt where its text lands, and all that follows is recomputed."""
+        messages = body.get("messages")
+        if self.renderer is None or not isinstance(messages, list):
+            return []
+        read = self.renderer.as_vllm_reads(body).get("messages")
+        if (read is messages or not isinstance(read, list) or not read
+                or not isinstance(read[0], Mapping) or not read[0].get(MERGED)):
+            return []
+        out: list[Finding] = []
+        for index in range(leading_system(messages), len(messages)):
+            message = messages[index]
+            role = message.get("role") if isinstance(message, Mapping) else None
+            if role not in ("system", "developer"):
+                continue
+            field = next((f for f in fields if f.message == index), None)
+            offset = layout.place(field, 0) if field is not None else None
+            out.append(Finding(
+                "moved_to_front", role, f"messages[{index}].role", 0, len(role), "warning",
+                0.9, suggestion("moved_to_front", "history"),
+                token_start=prompt.token_at(offset) if offset is not None else None,
+                detail="vLLM renders it inside the system prompt at the front: this model's "
+                       "chat template has no developer role"))
+        return out
 
 
 def make_report(model: str | None, block_size: int, prompt_tokens: int, stable_tokens: int,

@@ -39,6 +39,11 @@ SUGGESTIONS: dict[str, str] = {
     "template_dynamic": "The chat template writes the current date into the prompt: pin it "
                         "(for Llama 3.x pass chat_template_kwargs {\"date_string\": "
                         "\"26 Jul 2024\"}), or use a template without strftime_now.",
+    "moved_to_front": "vLLM renders this model's developer messages, and once there is one "
+                      "every system message, inside one system prompt at the front: the "
+                      "request that adds one recomputes the whole conversation after where "
+                      "its text lands. Put fixed instructions in the first message; send "
+                      "what changes during a conversation in a user message.",
     "short_prefix": "The shared prefix is shorter than one KV block, so nothing of it can be "
                     "cached: put the stable instructions first and make them at least a block "
                     "long, or expect no prefix-cache benefit.",

@@ -198,3 +198,24 @@ def test_odd_tool_calls_are_skipped_not_a_crash() -> None:
                              {"function": {"name": "f", "arguments": "{\"x\": 1}"}}]}]}
     paths = [f.path for f in text_fields(body)]
     assert paths == ["messages[0].content", "messages[2].tool_calls[0].function.arguments"]
+
+
+def test_a_late_developer_message_is_found_where_vllm_puts_it(
+        linter: Linter, hasher: PromptHasher) -> None:
+    plain = "You are the support assistant of Acme Corp. Be concise. " * 6
+    body = chat(system=plain)
+    head, final = body["messages"][:3], body["messages"][3]
+    note = {"role": "developer", "content": "The customer is on the mobile app."}
+    late = {**body, "messages": [*head, note, final]}
+    report = linter.lint(late, BLOCK)
+    (moved,) = [f for f in report.findings if f.kind == "moved_to_front"]
+    assert (moved.path, moved.text, moved.severity) == ("messages[3].role", "developer", "warning")
+    # Qwen3's template has no developer role: vLLM appends the note to the system prompt,
+    # so the tokens up to the system prompt's own end are all a request that adds it reuses
+    before = hasher.token_ids("qwen", body, "chat")
+    after = hasher.token_ids("qwen", late, "chat")
+    assert abs(moved.token_start - first_difference(before, after)) <= 1
+    assert report.cacheable_prefix_tokens == moved.token_start // BLOCK * BLOCK
+    assert "first message" in moved.suggestion
+    first = {**body, "messages": [note, *body["messages"]]}  # fixed, in front: no finding
+    assert not any(f.kind == "moved_to_front" for f in linter.lint(first, BLOCK).findings)
