@@ -212,6 +212,7 @@ def test_a_late_developer_message_is_found_where_vllm_puts_it(
     assert (moved.path, moved.text, moved.severity) == ("messages[3].role", "developer", "warning")
     # Qwen3's template has no developer role: vLLM appends the note to the system prompt,
     # so the tokens up to the system prompt's own end are all a request that adds it reuses
+    assert moved.token_start is not None
     before = hasher.token_ids("qwen", body, "chat")
     after = hasher.token_ids("qwen", late, "chat")
     assert abs(moved.token_start - first_difference(before, after)) <= 1
