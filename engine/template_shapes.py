@@ -8,7 +8,8 @@ structure: how many there are, their roles, tools, the template's variables.
 The text of each message goes in as a whole, sometimes trimmed.
 
 So the second request of a *shape* (everything the template sees except the
-messages' ``content`` strings; a shape seen once, such as one holding a tool
+messages' ``content`` strings, or the texts of their text parts in vLLM's "openai"
+content format; a shape seen once, such as one holding a tool
 call's id, may never come back, so the first only notes it) is also rendered
 once more with each content string replaced by a stand-in, a ``str`` whose
 text is a marker and which records what the template does with it (``_Hole``):
@@ -363,6 +364,9 @@ def shape_key(template_text: str, context: Mapping[str, Any]
                     if field == "content" and type(item) is str:
                         contents.append(item)
                         items.append(field)
+                    elif field == "content" and _text_parts(item):
+                        contents.extend(part["text"] for part in item)
+                        items.append((field, len(item)))
                     elif item is None or type(item) is str:
                         items.append((field, item))
                     else:
@@ -371,6 +375,14 @@ def shape_key(template_text: str, context: Mapping[str, Any]
     except (TypeError, AttributeError):  # not JSON, or a message that is not an object
         return None
     return tuple(key), contents
+
+
+def _text_parts(content: Any) -> bool:
+    """Content in vLLM's "openai" format (``engine.content_format``): text parts only, each
+    ``{"type": "text", "text": str}``; each part's text is filled like a string content."""
+    return type(content) is list and all(
+        type(part) is dict and len(part) == 2 and part.get("type") == "text"
+        and type(part.get("text")) is str for part in content)
 
 
 def _probe(context: dict[str, Any], contents: Sequence[str],
@@ -382,9 +394,15 @@ def _probe(context: dict[str, Any], contents: Sequence[str],
     chat = []
     index = 0
     for message in context["messages"]:
-        if type(message.get("content")) is str:
+        content = message.get("content")
+        if type(content) is str:
             message = {**message, "content": probe.hole(index, (), contents[index])}
             index += 1
+        elif _text_parts(content):
+            message = {**message, "content": [
+                {"type": "text", "text": probe.hole(index + at, (), contents[index + at])}
+                for at in range(len(content))]}
+            index += len(content)
         chat.append(message)
     try:
         output = full({**context, "messages": chat, "strftime_now": _refuse_clock})

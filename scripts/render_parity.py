@@ -7,7 +7,8 @@ vLLM must run with ``--trust-request-chat-template`` (each request brings its
 template) and the tokenizer in FOLDER. For each template, each chat (the render
 check's probes, ``gateway.prompt.render_check.PROBES``, and a few more shapes) is
 rendered to token ids by the gateway, configured with that template as with
-``--chat-template``, and by vLLM's ``/tokenize`` with it. A chat both refuse is
+``--chat-template`` (three times: whole, then making the shape's recipe, then
+filled from it, ``engine.template_shapes``), and by vLLM's ``/tokenize`` with it. A chat both refuse is
 a match; one side refusing, or other ids, is a difference. Prints one line per
 template and exits 1 on any difference: run it after a vLLM upgrade, on the
 templates of the models you serve (vLLM's ``examples/*.jinja`` hold many).
@@ -49,8 +50,9 @@ def compare(url: str, model: str, folder: str, template: str) -> list[str]:
     hasher = PromptHasher(ModelTemplate(HFRenderer(folder, chat_template=template)))
     marks = []
     for chat in [body for _, body in PROBES] + MORE:
-        try:
-            ours: list[int] | None = hasher.token_ids(model, chat, "chat")
+        try:  # three times: rendered whole, then a recipe made, then filled from it
+            renders = {tuple(hasher.token_ids(model, chat, "chat")) for _ in range(3)}
+            ours: list[int] | None = list(renders.pop()) if len(renders) == 1 else []
         except ValueError:  # RenderError, a template's own refusal
             ours = None
         answer = httpx.post(f"{url}/tokenize", timeout=60, json={

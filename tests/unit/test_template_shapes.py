@@ -11,6 +11,7 @@ import pytest
 from engine import template_shapes as engine_template_shapes
 from engine.chat_template import ChatTemplates
 from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
+from tests.chat_corpus import PARTS_TEMPLATE
 
 # Texts chosen to take every branch the templates below have, and to look like a
 # stand-in: whitespace at the ends, the marker's letters, NUL, braces, quotes, tags.
@@ -196,3 +197,23 @@ def test_a_shape_seen_once_is_never_probed(monkeypatch: pytest.MonkeyPatch) -> N
     render(templates, template, [{"role": "tool", "tool_call_id": "call_3",
                                   "content": "another result"}])
     assert len(probes) == 1
+
+
+def test_a_template_given_text_parts_is_filled_too() -> None:
+    """vLLM's "openai" content format (engine.content_format): each part's text is a hole."""
+    folder = bundled_qwen_tokenizer_dir()
+    if folder is None:
+        pytest.skip("the bundled Qwen3 tokenizer is not installed (the sim extra)")
+    filled, whole = (HFRenderer(folder, chat_template=PARTS_TEMPLATE) for _ in range(2))
+    whole._sandbox.shapes = None
+    requests: list[dict[str, Any]] = []
+    for text in TEXTS:
+        requests.append({"messages": [{"role": "system", "content": "sys " + text},
+                                      {"role": "user", "content": text}]})
+        requests.append({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": text}, {"type": "text", "text": text + " more"}]}]})
+    for request in requests * 2:
+        assert filled.render_chat(request) == whole.render_chat(request), request
+    shapes = filled.template_shapes
+    assert shapes is not None and shapes.audit_failures == 0
+    assert shapes.fills >= len(requests)
