@@ -78,8 +78,11 @@ TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
 (``image_url``, ``input_image``, ``input_audio``, ``video_url``, ``file``, ...) is media."""
 
 
-def fold_content(content: Any) -> str:
-    """vLLM's "string" content format: text parts joined by newlines."""
+def fold_content(content: Any, keep_empty: bool = False) -> str:
+    """vLLM's "string" content format: text parts joined by newlines, empty ones left out
+    (vLLM keeps only the parts it read something from); ``keep_empty``: all of them, as
+    vLLM joins a list of parts it kept whole (a tool result's, a merged system message's,
+    in the "openai" format)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -98,7 +101,7 @@ def fold_content(content: Any) -> str:
                     raise RenderError(f"unsupported content part type {kind!r}")
             else:
                 raise RenderError("content parts must be objects")
-        return "\n".join(texts)
+        return "\n".join(texts if keep_empty else [text for text in texts if text])
     raise RenderError("message content must be a string or a list of parts")
 
 
@@ -121,6 +124,7 @@ def developer_as_system(messages: list[Any], template: str) -> list[Any]:
         return messages
     if names_developer(template) or not all(isinstance(m, Mapping) for m in messages):
         return messages
+    parts = content_format(template) == "openai"  # vLLM merges what it read: parts, or strings
     converted = [{k: v for k, v in m.items() if k != "tools"} | {"role": "system"}
                  if m.get("role") == "developer" else m for m in messages]
     texts: list[str] = []
@@ -132,7 +136,7 @@ def developer_as_system(messages: list[Any], template: str) -> list[Any]:
             continue
         merge = merge or index > 0 or bool(texts)
         try:
-            text = fold_content(message.get("content"))
+            text = fold_content(message.get("content"), keep_empty=parts)
         except RenderError:
             return messages
         if text:
@@ -178,7 +182,7 @@ def openai_parts(content: Any) -> list[dict[str, str]]:
     if isinstance(content, list):
         parts = []
         for part in content:
-            text = fold_content([part])  # the one text this part holds, or RenderError
+            text = fold_content([part], keep_empty=True)  # its one text, or RenderError
             parts.append({"type": "text", "text": text})
         return parts
     raise RenderError("message content must be a string or a list of parts")
@@ -211,7 +215,7 @@ def conversation(request: Mapping[str, Any], openai: bool = False) -> list[dict[
         content = message.get("content")
         item: dict[str, Any] = {"role": role, "content": (
             openai_parts(content) if openai and role != "tool" and not message.get(MERGED)
-            else fold_content(content))}
+            else fold_content(content, keep_empty=openai and role == "tool"))}
         if role == "assistant":
             tool_calls = message.get("tool_calls")
             if isinstance(tool_calls, list):

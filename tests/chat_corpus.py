@@ -74,6 +74,10 @@ VLLM_MESSAGE_CHATS: list[dict[str, Any]] = [
     *({"messages": [_ASKED, {"role": "assistant", "content": None,
                              "tool_calls": [_call(arguments)]}, _ANSWERED],
        "tools": [WEATHER_TOOL]} for arguments in ("", "{city: Paris", "[1, 2]")),
+    # an empty text part is not read: no blank line where it stood
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                               {"type": "text", "text": ""},
+                                               {"type": "text", "text": "b"}]}]},
     # an assistant message echoed back as the API returned it
     {"messages": [_ASKED, {"role": "assistant", "content": "Sunny.", "tool_calls": [],
                            "refusal": None, "annotations": [], "audio": None},
@@ -122,7 +126,8 @@ PARTS_TEMPLATE_CHATS: list[dict[str, Any]] = [
     {"messages": [_ASKED, {"role": "assistant", "content": None,
                            "tool_calls": [_call('{"city": "Paris"}')]},
                   {"role": "tool", "tool_call_id": "call_1",
-                   "content": [{"type": "text", "text": " a "}, {"type": "text", "text": "b "}]}],
+                   "content": [{"type": "text", "text": " a "}, {"type": "text", "text": ""},
+                               {"type": "text", "text": "b "}]}],
      "tools": [WEATHER_TOOL]},
 ]
 """Chats for a replica and a gateway that both render with :data:`PARTS_TEMPLATE`."""
