@@ -21,7 +21,8 @@ import json
 import time
 from typing import Any
 
-from engine.tokenizer import TEXT_PARTS
+RESPONSES_TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
+"""Parts of a Responses API message item carried over as text parts (their ``text``)."""
 
 BILLING_HEADER = "x-anthropic-billing-header"
 """A text block Claude Code puts in ``system`` with a per-request hash in it; vLLM leaves
@@ -177,7 +178,7 @@ def _responses_message(item: dict[str, Any]) -> Message | None:
     for part in content:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             return None
-        if part["type"] not in TEXT_PARTS:
+        if part["type"] not in RESPONSES_TEXT_PARTS:
             parts.append(part)
         elif isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})

@@ -73,35 +73,48 @@ class Renderer(Protocol):
         ...
 
 
-TEXT_PARTS = frozenset({"text", "input_text", "output_text", "refusal"})
-"""Content part types that are text: what :func:`fold_content` folds; any other part
-(``image_url``, ``input_image``, ``input_audio``, ``video_url``, ``file``, ...) is media."""
+TEXT_PART_FIELDS = {"text": "text", "input_text": "text", "output_text": "text",
+                    "refusal": "refusal", "thinking": "thinking", "tool_reference": "name"}
+"""Content part types vLLM 0.32 reads as text (``renderers/chat_utils.py``: its text
+types and ``tool_reference``, whose tool name the template expands), each with the field
+its text is in; any other part (``image_url``, ``input_image``, ``input_audio``,
+``video_url``, ``file``, ...) is media."""
+
+TEXT_PARTS = frozenset(TEXT_PART_FIELDS)
+
+
+def _part_text(part: Any) -> str | None:
+    """A content part's text as vLLM reads it: a string part itself, a text part's field
+    (None when it has none: vLLM skips such a part); RenderError for media or a part
+    that is not an object."""
+    if isinstance(part, str):
+        return part
+    if not isinstance(part, Mapping):
+        raise RenderError("content parts must be objects")
+    kind = part.get("type")
+    field = TEXT_PART_FIELDS.get(kind) if isinstance(kind, str) else None
+    if field is None:
+        raise RenderError(f"unsupported content part type {kind!r}")
+    text = part.get(field)
+    if text is None or isinstance(text, str):
+        return text
+    raise RenderError(f"content part {field!r} must be a string")
 
 
 def fold_content(content: Any, keep_empty: bool = False) -> str:
     """vLLM's "string" content format: text parts joined by newlines, empty ones left out
-    (vLLM keeps only the parts it read something from); ``keep_empty``: all of them, as
-    vLLM joins a list of parts it kept whole (a tool result's, a merged system message's,
-    in the "openai" format)."""
+    (vLLM keeps only the parts it read something from); ``keep_empty``: empty ones too,
+    as vLLM joins a list of parts it kept whole (a tool result's, a merged system
+    message's, in the "openai" format). A part with no text (``{"type": "text", "text":
+    null}``) is left out either way, as vLLM skips it."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        texts: list[str] = []
-        for part in content:
-            if isinstance(part, str):
-                texts.append(part)
-            elif isinstance(part, Mapping):
-                kind = part.get("type")
-                field = "refusal" if kind == "refusal" else "text"
-                if kind in TEXT_PARTS and isinstance(part.get(field), str):
-                    texts.append(part[field])
-                else:
-                    raise RenderError(f"unsupported content part type {kind!r}")
-            else:
-                raise RenderError("content parts must be objects")
-        return "\n".join(texts if keep_empty else [text for text in texts if text])
+        texts = [_part_text(part) for part in content]
+        return "\n".join(text for text in texts
+                         if text is not None and (keep_empty or text))
     raise RenderError("message content must be a string or a list of parts")
 
 
@@ -174,7 +187,9 @@ def template_tools(tools: Any) -> Any:
 
 def openai_parts(content: Any) -> list[dict[str, str]]:
     """vLLM's "openai" content format (``engine.content_format``): the text parts, each
-    as ``{"type": "text", "text": ...}``; a string as one part, none as no part."""
+    as ``{"type": "text", "text": ...}`` (a ``tool_reference`` as itself, for the
+    template to expand); a string as one part, none as no part. A ``text`` or
+    ``refusal`` part with no text is left out, as vLLM skips it."""
     if content is None:
         return []
     if isinstance(content, str):
@@ -182,8 +197,16 @@ def openai_parts(content: Any) -> list[dict[str, str]]:
     if isinstance(content, list):
         parts = []
         for part in content:
-            text = fold_content([part], keep_empty=True)  # its one text, or RenderError
-            parts.append({"type": "text", "text": text})
+            text = _part_text(part)
+            kind = part.get("type") if isinstance(part, Mapping) else "text"
+            if text is None:
+                if kind in ("text", "refusal"):
+                    continue
+                raise RenderError(f"content part {kind!r} has no text")  # vLLM passes None
+            if kind == "tool_reference":
+                parts.append({"type": "tool_reference", "name": text})
+            else:
+                parts.append({"type": "text", "text": text})
         return parts
     raise RenderError("message content must be a string or a list of parts")
 

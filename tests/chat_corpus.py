@@ -78,6 +78,16 @@ VLLM_MESSAGE_CHATS: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                {"type": "text", "text": ""},
                                                {"type": "text", "text": "b"}]}]},
+    # parts vLLM reads as text: thinking (its "thinking"), a tool reference (its name),
+    # a bare string; a text part whose text is null is skipped
+    {"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "Hmm."},
+                                               {"type": "text", "text": "Hi"}]},
+                  {"role": "assistant", "content": [{"type": "thinking", "thinking": "Plan."},
+                                                    {"type": "output_text", "text": "Ok."}]},
+                  {"role": "user", "content": [{"type": "tool_reference", "name": "search"},
+                                               "bare", {"type": "text", "text": None},
+                                               {"type": "refusal", "refusal": None},
+                                               {"type": "input_text", "text": "go"}]}]},
     # an assistant message echoed back as the API returned it
     {"messages": [_ASKED, {"role": "assistant", "content": "Sunny.", "tool_calls": [],
                            "refusal": None, "annotations": [], "audio": None},
@@ -122,6 +132,10 @@ PARTS_TEMPLATE_CHATS: list[dict[str, Any]] = [
     {"messages": [{"role": "system", "content": " S "}, {"role": "user", "content": "q"},
                   {"role": "developer", "content": " D "}, {"role": "user", "content": "q2"}]},
     {"messages": [{"role": "developer", "content": " D "}, {"role": "user", "content": "q"}]},
+    # thinking parts are text parts to the template; null text parts are left out
+    {"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": " t "},
+                                               {"type": "text", "text": None},
+                                               {"type": "input_text", "text": " u "}]}]},
     # a tool result's parts joined back into a string; a call written out as JSON
     {"messages": [_ASKED, {"role": "assistant", "content": None,
                            "tool_calls": [_call('{"city": "Paris"}')]},

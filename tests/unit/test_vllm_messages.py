@@ -147,3 +147,32 @@ def test_a_template_that_loops_over_parts_routes_on_the_parts(qwen_dir: str) -> 
                             {"role": "user", "content": [{"type": "text", "text": "one"},
                                                          {"type": "text", "text": "two"}]}]}
     assert hashes(hasher, chat["messages"]) == hashes(hasher, trimmed["messages"])
+
+
+REASONED = [{"role": "user", "content": [{"type": "thinking", "thinking": "They want brevity."},
+                                          {"type": "text", "text": "Hi"}]},
+            {"role": "assistant", "content": [{"type": "thinking", "thinking": "Greet."},
+                                              {"type": "output_text", "text": "Hello."}]},
+            {"role": "user", "content": [{"type": "tool_reference", "name": "search"}, "Look",
+                                         {"type": "text", "text": None},
+                                         {"type": "refusal", "refusal": None}]}]
+"""Parts vLLM reads as text: a ``thinking`` part (its ``thinking``), a ``tool_reference``
+(its tool's name), a bare string; a text or refusal part with no text is skipped."""
+
+
+def test_thinking_and_tool_reference_parts_route_as_the_text_vllm_reads(qwen: HFRenderer) -> None:
+    as_text = [{"role": "user", "content": "They want brevity.\nHi"},
+               {"role": "assistant", "content": "Greet.\nHello."},
+               {"role": "user", "content": "search\nLook"}]
+    assert qwen.render_chat({"messages": REASONED}) == qwen.render_chat({"messages": as_text})
+    hasher = PromptHasher(ModelTemplate(qwen))
+    described = hasher.describe("m", {"messages": REASONED}, "chat", 4)
+    assert list(described.block_hashes) == hashes(PromptHasher(qwen), as_text)
+
+
+def test_a_parts_template_gets_thinking_as_a_text_part(qwen_dir: str) -> None:
+    renderer = HFRenderer(qwen_dir, chat_template=PARTS_TEMPLATE)
+    chat = {"messages": [{"role": "user", "content": [
+        {"type": "thinking", "thinking": " t "}, {"type": "text", "text": None},
+        {"type": "input_text", "text": " u "}]}]}
+    assert renderer.render_chat(chat).startswith("<|im_start|>user\ntu<|im_end|>")

@@ -72,6 +72,12 @@ async def test_routed_chat_carries_the_lint_header(qwen_dir: str) -> None:
         stamped = await client.post("/v1/chat/completions", json={
             **CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": "And Rome?"}]})
         clean = await client.post("/v1/chat/completions", json=clean_chat)
+
+        async def clean_linted() -> bool:  # its lint may finish after the stamped one's
+            nonlocal clean
+            clean = await client.post("/v1/chat/completions", json=clean_chat)
+            return "x-prefixgate-lint" in clean.headers
+        await eventually_async(clean_linted, what="the clean prompt linted")
         ops = (await client.get("/admin/replicas")).json()
     assert first.status_code == 200 and "x-prefixgate-lint" not in first.headers
     assert stamped.headers["x-prefixgate-lint"] == "1"
