@@ -5,8 +5,10 @@
     prefixgate_memo_bytes_limit{model,memo}      the configured byte bound
     prefixgate_routing_fallbacks_total{model,reason}
         requests routing did not analyse as sent: ``client_template`` (rendered
-        with the model's template instead), ``oversize``, ``token_ids``,
-        ``render``, ``error`` (routed by load); see ``gateway.prompt.bounds``
+        with the model's template instead), ``media``, ``truncated``
+        (``truncate_prompt_tokens`` cuts the prompt's start), ``oversize``,
+        ``token_ids``, ``render``, ``error`` (routed by load); see
+        ``gateway.prompt.bounds``
     prefixgate_routing_truncated_total{model}    requests analysed only in part
 
 ``memo``: ``pieces`` (token ids per prompt piece), ``chain`` (block hashes per

@@ -110,9 +110,12 @@ class RenderPlan:
     marks: dict[int, Mark] = field(default_factory=dict)
     """Per missing piece, the known piece it extends (``PieceReuse.find``)."""
     max_units: int = 1 << 62
+    """Token-id units hashed at most (``max_routed_tokens``); the rest is not analysed."""
     cut: bool = False
     """Routing analyses only the leading part of this prompt (the routing bounds)."""
-    """Token-id units hashed at most (``max_routed_tokens``); the rest is not analysed."""
+    keep_tokens: int | None = None
+    """The request's ``truncate_prompt_tokens``: vLLM keeps only the prompt's last this
+    many tokens (it truncates a generation prompt on the left)."""
 
 
 OFFLOAD_CHARS = 8192
@@ -220,6 +223,8 @@ class PromptHasher:
                               limits if limits is not None else self.limits)
             if plan is not None and limits is not None:
                 plan.max_units = limits.max_routed_tokens * plan.units
+            if plan is not None:
+                plan.keep_tokens = keep_tokens(body)
             return plan
         except Unanalysed as exc:
             self.fell_back(exc.reason)
@@ -369,10 +374,9 @@ class PromptHasher:
                 self._reuse_audits.append(reused)
         if plan.direct_ids is not None:
             self.truncated += plan.cut
-            return RouteRequest(plan.model,
-                                tuple(extend(plan.seed, plan.direct_ids, plan.block_size)),
-                                len(plan.direct_ids),
-                                plan.block_size, session_key, request_id)
+            return self._kept(plan, RouteRequest(
+                plan.model, tuple(extend(plan.seed, plan.direct_ids, plan.block_size)),
+                len(plan.direct_ids), plan.block_size, session_key, request_id))
         hashes, total, turn = self._chain_pieces(plan, len(plan.pieces))
         self.truncated += plan.cut
         if turn is not None and self.conversations is not None and plan.store_key is not None:
@@ -383,7 +387,19 @@ class PromptHasher:
                               plan.block_size // plan.units, session_key, request_id)
         if plan.audit is not None:
             self._audits.append((plan.model, plan.audit, plan.block_size, result))
-        return result
+        return self._kept(plan, result)
+
+    def _kept(self, plan: RenderPlan, result: RouteRequest) -> RouteRequest:
+        """``result``, or, when vLLM will cut the prompt's start (``truncate_prompt_tokens``
+        below its length, or a length routing did not read to the end), a request with no
+        blocks to match (routed by load; the ``truncated`` fallback): the blocks vLLM
+        caches then start wherever the cut falls, not at the prompt's start."""
+        keep = plan.keep_tokens
+        if keep is None or (not plan.cut and result.prompt_tokens <= keep):
+            return result
+        self.fell_back("truncated")
+        return RouteRequest(result.model, (), min(result.prompt_tokens, keep),
+                            result.block_size, result.session_key, result.request_id)
 
     def _chain_pieces(self, plan: RenderPlan,
                       count: int) -> tuple[tuple[int, ...], int, KnownTurn | None]:
@@ -603,6 +619,16 @@ class PromptHasher:
         for ids in plan.token_ids:
             out.extend(ids if ids is not None else next(tokenized))
         return out
+
+
+def keep_tokens(body: Mapping[str, Any]) -> int | None:
+    """A request's ``truncate_prompt_tokens`` when it asks vLLM to keep that many of the
+    prompt's last tokens; None when unset or -1 (what fits the model's context: vLLM cuts
+    only a prompt longer than the context, which it refuses without the option)."""
+    keep = body.get("truncate_prompt_tokens")
+    if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 0:
+        return keep
+    return None
 
 
 def _seed(model: str, body: Mapping[str, Any]) -> int:
