@@ -248,7 +248,10 @@ class PromptHasher:
             self.fell_back("media")
         body = routable.body
         plan: RenderPlan | None = None
-        if incremental and self.conversations is not None:
+        if body.get("add_special_tokens") is True:  # vLLM adds the tokenizer's BOS, say
+            plan = self._plan_text(model, seed, block_size * units,
+                                   self.renderer.render_chat(body), True)
+        elif incremental and self.conversations is not None:
             keys = self.conversations.keys(model, body, block_size)
             if keys is not None:
                 plan = self._plan_conversation(model, seed, body, block_size * units, keys)
@@ -271,7 +274,7 @@ class PromptHasher:
         if not isinstance(prompt, str):
             raise Unanalysed("render")
         plan = self._plan_text(model, seed, block_size * self.renderer.units_per_token,
-                               prompt[:max_chars], True)
+                               prompt[:max_chars], body.get("add_special_tokens") is not False)
         plan.cut = len(prompt) > max_chars
         return plan
 
