@@ -107,6 +107,10 @@ class Replica:
     """A time the replica is known to have made progress after: its last first byte,
     or the scrape before the one whose token counters had moved."""
     scraped_at: float = -math.inf
+    checking: asyncio.Task[None] | None = None
+    """The health check a broken connection started (``ReplicaPool.report_broken``)."""
+    broken_checks: dict[str, int] = field(default_factory=lambda: {"healthy": 0, "failed": 0})
+    """What those checks found."""
 
     @property
     def id(self) -> str:
@@ -226,7 +230,7 @@ class ReplicaPool:
                                                    name=f"probe-{replica.id}"))
 
     async def aclose(self) -> None:
-        await cancel(*self._tasks)
+        await cancel(*self._tasks, *(r.checking for r in self._replicas.values()))
         self._tasks.clear()
         await asyncio.gather(*(r.backend.aclose() for r in self._replicas.values()),
                              return_exceptions=True)
@@ -373,6 +377,39 @@ class ReplicaPool:
         replica.last_error = error
         replica.breaker.request_failed(self._clock())
         self._sync(replica)
+
+    def report_broken(self, replica_id: str, error: str) -> None:
+        """A request's connection to the replica broke after it arrived there (reset,
+        closed, a body cut short). A dying replica does that to every request; a bug for
+        one request (vLLM cutting one answer short, say) only to that one, while the
+        replica serves the rest. So the breaker opens only if the replica then fails a
+        health check, started now (one at a time); a trial that breaks reopens it."""
+        replica = self._replicas[replica_id]
+        replica.last_error = error
+        if replica.breaker.state is not State.CLOSED:
+            self.report_failure(replica_id, error)
+            return
+        if replica.checking is None:
+            replica.checking = asyncio.get_running_loop().create_task(
+                self._check_broken(replica, error), name=f"check-{replica.id}")
+
+    async def _check_broken(self, replica: Replica, error: str) -> None:
+        try:
+            try:
+                status, _ = await replica.backend.get("/health")
+                failed = None if status == 200 else f"/health answered {status}"
+            except EngineError as exc:
+                failed = exc.detail
+            replica.broken_checks["failed" if failed else "healthy"] += 1
+            if failed is None:
+                log.warning("replica %s stays in rotation: a request's connection broke "
+                            "(%s), and the replica answers its health check", replica.id, error)
+                return
+            replica.last_error = f"{error}; then {failed}"
+            replica.breaker.request_failed(self._clock())
+            self._sync(replica)
+        finally:
+            replica.checking = None
 
     def report_first_byte(self, lease: Lease, ttft: float | None,
                           prefilled: bool = True) -> None:

@@ -9,6 +9,7 @@ requests are its queries of death::
     prefixgate sim --hang-on 'n>8,max_tokens>100000,tools>64' [--hang-scope request]
     prefixgate sim --hang-on 'messages>500' --hang-scope replica
     prefixgate sim --crash-on 'n>1000'
+    prefixgate sim --cut-on 'n>8'
 
 A rule is ``FIELD>LIMIT``; a generation request (``POST /v1/chat/completions``,
 ``/v1/completions``, ``/v1/responses``) whose JSON body has a top-level
@@ -30,6 +31,11 @@ Several rules, comma-separated, match when any one does.
 ``--crash-on``: the process exits at once (status 70) when a matching
 request arrives, before answering anything: an engine that dies holding the
 request (the gateway sees its connection reset).
+
+``--cut-on``: a matching request gets its status line and half of its first body
+chunk, then its connection is closed; everything else is served: a replica's
+bug that cuts one answer short while it goes on serving (vLLM 0.32 does this to
+``GET /v1/responses/{id}?stream=true``).
 
 :class:`FaultInjector` is an ASGI middleware around the sim's app, added by
 the CLI only when a rule is given; without one the app is unchanged.
@@ -102,10 +108,11 @@ class FaultPlan:
     hang_on: tuple[Rule, ...] = ()
     hang_scope: Scope_ = "request"
     crash_on: tuple[Rule, ...] = ()
+    cut_on: tuple[Rule, ...] = ()
 
     @property
     def active(self) -> bool:
-        return bool(self.hang_on or self.crash_on)
+        return bool(self.hang_on or self.crash_on or self.cut_on)
 
 
 def _rules_argument(text: str) -> tuple[Rule, ...]:
@@ -124,10 +131,13 @@ def add_fault_arguments(parser: argparse.ArgumentParser) -> None:
                        help="what hangs: that request only, or the whole replica from then on")
     group.add_argument("--crash-on", type=_rules_argument, default=(), metavar="RULES",
                        help="exit at once (status 70) when a generation request matches")
+    group.add_argument("--cut-on", type=_rules_argument, default=(), metavar="RULES",
+                       help="cut a matching generation request's answer short (its connection "
+                            "closed mid-body) and go on serving")
 
 
 def fault_plan(args: argparse.Namespace) -> FaultPlan:
-    return FaultPlan(args.hang_on, args.hang_scope, args.crash_on)
+    return FaultPlan(args.hang_on, args.hang_scope, args.crash_on, args.cut_on)
 
 
 def with_faults(app: ASGIApp, plan: FaultPlan) -> ASGIApp:
@@ -162,6 +172,9 @@ class FaultInjector:
             if any(rule.matches(body) for rule in self.plan.hang_on):
                 await self._hang(scope, receive)
                 return
+            if any(rule.matches(body) for rule in self.plan.cut_on):
+                await self.app(scope, _replay(messages, receive), _cutting(send))
+                return
         await self.app(scope, _replay(messages, receive), self._stalling(send))
 
     def _maybe_crash(self, body: Mapping[str, Any]) -> None:
@@ -188,6 +201,34 @@ class FaultInjector:
             await send(message)
 
         return stalling
+
+
+class AnswerCut(Exception):
+    """Raised into the server under a ``--cut-on`` answer: it closes the connection."""
+
+
+def _cutting(send: Send) -> Send:
+    """``send`` that passes the status line and a stream's first event (half of a whole
+    body), then raises, which makes the server close the connection mid-body."""
+    started = False
+
+    async def cutting(message: Message) -> None:
+        nonlocal started
+        if message["type"] != "http.response.body":
+            await send(message)
+            return
+        if message.get("more_body", False) and not started:
+            started = True
+            await send(message)
+            return
+        if not started:  # a whole body: half of it
+            body = message.get("body", b"")
+            await send({"type": "http.response.body", "body": body[:len(body) // 2],
+                        "more_body": True})
+        log.warning("fault: cutting an answer short")
+        raise AnswerCut("fault: answer cut short")
+
+    return cutting
 
 
 async def _forever() -> None:

@@ -5,6 +5,10 @@
     prefixgate_replica_breaker_open_reason{replica, reason}
                                                        1 while open: failing or slow
     prefixgate_replica_breaker_opened_total{replica}   times it opened
+    prefixgate_replica_broken_checks_total{replica, result}
+                                                       health checks a request's broken
+                                                       connection started: healthy (it
+                                                       stayed in rotation) or failed
 """
 
 from __future__ import annotations
@@ -35,6 +39,12 @@ class BreakerCollector(Collector):
         opened = CounterMetricFamily(
             "prefixgate_replica_breaker_opened",
             "Times the replica's circuit breaker opened.", labels=["replica"])
+        checks = CounterMetricFamily(
+            "prefixgate_replica_broken_checks",
+            "Health checks started because a request's connection to the replica broke "
+            "(reset, closed, a body cut short): healthy (the replica stayed in rotation; the "
+            "request's own doing) or failed (the breaker opened).",
+            labels=["replica", "result"])
         for replica in self.pool:
             now = self.pool.breaker_state(replica.id)
             for each in State:
@@ -42,6 +52,9 @@ class BreakerCollector(Collector):
             if now is State.OPEN:
                 reason.add_metric([replica.id, replica.breaker.reason.value], 1.0)
             opened.add_metric([replica.id], float(replica.breaker.opened_count))
+            for result, count in replica.broken_checks.items():
+                checks.add_metric([replica.id, result], float(count))
         yield state
         yield reason
         yield opened
+        yield checks

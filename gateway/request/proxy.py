@@ -60,7 +60,13 @@ from dataclasses import dataclass
 from starlette.responses import Response
 
 from engine.backends.base import Timeouts, UpstreamResponse
-from engine.errors import EngineError, ReplicaTimeout, ReplicaUnavailable, ReplicaUnreachable
+from engine.errors import (
+    EngineError,
+    ReplicaStreamBroken,
+    ReplicaTimeout,
+    ReplicaUnavailable,
+    ReplicaUnreachable,
+)
 from engine.pool.replicas import Lease, ReplicaPool
 from gateway.errors import UpstreamFailed, UpstreamTimeout
 from gateway.ops.metrics import GatewayMetrics
@@ -199,9 +205,13 @@ class Proxy:
         no first byte in time   it serves others, not this one: the  breaker opens only
                                 request's doing, answered (504)      if others are stuck
                                                                      there too; answered
-        dropped, left rotation  a bystander of a dying replica:      breaker opens;
-                                breaker opens, next                  answered (502)
+        dropped, cut short,     a bystander of a dying replica, or   answered (502)
+        left rotation           of a bug for this request: next
         ======================  ===================================  ===================
+
+        A dropped connection or a body cut short opens the breaker only if the replica
+        then fails a health check (``ReplicaPool.report_broken``): a replica that cuts
+        one request's answer short and serves the rest stays in rotation.
         """
         if isinstance(exc, ReplicaUnreachable):
             self.pool.report_failure(replica_id, exc.detail)
@@ -213,7 +223,7 @@ class Proxy:
             if not worked and self.pool.pending_prefill(replica_id)[0] > 0:
                 self.pool.report_failure(replica_id, exc.detail)  # stuck with others: wedged
         else:
-            self.pool.report_failure(replica_id, exc.detail)
+            self._broken(replica_id, exc)
             if worked:
                 self.metrics.failovers.labels(replica_id).inc()
                 log.warning("failover from %s: %s", replica_id, exc.detail)
@@ -222,6 +232,15 @@ class Proxy:
         log.warning("not retried elsewhere: %s failed holding the request (%s)",
                     replica_id, exc.detail)
         return False
+
+    def _broken(self, replica_id: str, exc: EngineError) -> None:
+        """A request failed holding the replica: a dropped connection or a body cut short
+        opens the breaker only if the replica then fails a health check (it may be this
+        request's doing); a replica that stopped answering mid-way opens it now."""
+        if isinstance(exc, (ReplicaUnavailable, ReplicaStreamBroken)):
+            self.pool.report_broken(replica_id, exc.detail)
+        else:
+            self.pool.report_failure(replica_id, exc.detail)
 
     async def _attempt(self, exchange: Exchange, replica_id: str) -> _Answer:
         """Send to one replica and wait for the first byte: a stream's status line and
@@ -318,7 +337,7 @@ class Proxy:
                 if isinstance(error, EngineError):
                     outcome.error = error.detail
                     self.metrics.stream_errors.labels(replica_id).inc()
-                    self.pool.report_failure(replica_id, error.detail)
+                    self._broken(replica_id, error)
                 elif isinstance(error, StreamCut):
                     outcome.error = "ended at the end of the drain period"
                 elif error is not None:

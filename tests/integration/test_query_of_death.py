@@ -65,3 +65,39 @@ def test_a_query_of_death_that_crashes_its_replica_costs_that_replica_only(strea
             assert sum(healthy(gw).values()) == 2
         finally:
             gw.stop()
+
+
+def broken_checks(gw: GatewayProcess, result: str) -> float:
+    text = httpx.get(gw.url + "/metrics").text
+    return sum(float(v) for v in re.findall(
+        r'^prefixgate_replica_broken_checks_total\{replica="[^"]+",result="%s"\} (\S+)$' % result,
+        text, re.MULTILINE))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_a_replica_that_cuts_one_answer_short_stays_in_rotation(stream: bool) -> None:
+    """A replica's bug for one request (its answer cut off mid-body) while it serves the
+    rest: that client gets an error, and no one else notices. Ejecting the replica for
+    it, as the gateway did, turned one request into an outage of a one-replica fleet."""
+    with running_sims([sim_args(0, "--cut-on", "n>8")]) as sims:
+        gw = GatewayProcess(gateway_settings(sims, policy="prefix")).start()
+        try:
+            client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0,
+                                   timeout=60)
+            with pytest.raises((openai.APIStatusError, openai.APIError)):
+                answer = client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "cut me"}], n=9,
+                    max_tokens=4, stream=stream)
+                if stream:
+                    assert isinstance(answer, openai.Stream)
+                    list(answer)
+            wait_until(lambda: broken_checks(gw, "healthy") == 1, 15, "the replica checked")
+            assert list(healthy(gw).values()) == [True]
+            assert broken_checks(gw, "failed") == 0
+            for i in range(3):  # and the next clients are served at once
+                reply = client.chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": f"hello {i}"}],
+                    max_tokens=4)
+                assert reply.choices[0].message.content is not None
+        finally:
+            gw.stop()
