@@ -1,6 +1,6 @@
 """Graceful drain: what the gateway does between SIGTERM and its exit.
 
-    SIGTERM ─> draining: /ready answers 503 at once, new routed requests
+    SIGTERM ─> draining: /ready and /ping answer 503 at once, new routed requests
     │          (POST /v1/...) get 503 ``gateway_draining`` with Retry-After
     │          (a load balancer moves them to another instance)
     ├─> requests in flight finish, for up to ``drain_seconds`` (default 30)
@@ -74,6 +74,8 @@ class Drain:
         path = scope.get("path", "")
         if path == "/ready":
             return JSONResponse({"ready": False, "draining": True}, status_code=503)
+        if path == "/ping":  # a load balancer's health check (SageMaker's)
+            return Response(status_code=503)
         if scope.get("method") == "POST" and (generates or path.startswith("/v1/")):
             body = (anthropic_error_body(DRAIN_MESSAGE, "ServiceUnavailableError") if anthropic
                     else error_body(503, DRAIN_MESSAGE, "ServiceUnavailableError",

@@ -57,11 +57,14 @@ def routing_fields(data: Mapping[str, Any]) -> RoutingFields:
                          user=user if isinstance(user, str) else None, max_tokens=limit)
 
 
+BOM = b"\xef\xbb\xbf"
+
+
 def flag(value: Any) -> bool:
     """A boolean the way vLLM's pydantic models read one (JSON, form field or query)."""
     if isinstance(value, bool):
         return value
-    if isinstance(value, int):
+    if isinstance(value, (int, float)):
         return value == 1
     return isinstance(value, str) and value.strip().lower() in _TRUE
 
@@ -69,6 +72,7 @@ def flag(value: Any) -> bool:
 def parse_json(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
+    raw = raw.removeprefix(BOM)  # vLLM's JSON reader takes a byte order mark; orjson does not
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

@@ -98,7 +98,7 @@ def error_response(status: int, message: str, code: str | None = None) -> bytes:
     return head + body
 
 
-PROBE_PATHS = frozenset({"/health", "/ready"})
+PROBE_PATHS = frozenset({"/health", "/ready", "/ping"})
 """What the probe port serves."""
 
 

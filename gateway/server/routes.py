@@ -56,6 +56,16 @@ def build_router(state: GatewayState) -> APIRouter:
     async def health() -> Response:
         return JSONResponse({"status": "ok"})
 
+    @router.api_route("/ping", methods=["GET", "POST"])
+    async def ping() -> Response:
+        """vLLM's SageMaker health check: 200 (no body) while a replica can serve."""
+        return Response(status_code=200 if any(r.healthy for r in state.pool) else 503)
+
+    @router.get("/load")
+    async def load() -> Response:
+        """vLLM's ``{"server_load": n}``: the requests this gateway has at its replicas."""
+        return JSONResponse({"server_load": sum(r.inflight for r in state.pool)})
+
     @router.get("/ready")
     async def ready() -> Response:
         models = state.expected_models()

@@ -110,6 +110,21 @@ async def test_no_healthy_replica_is_503_with_retry_after() -> None:
     assert ready.status_code == 503
 
 
+async def test_ping_and_load_answer_as_vllms() -> None:
+    """SageMaker's health check and vLLM's load route, which load balancers call."""
+    a = FakeReplica("a")
+    async with gateway([a], model="m") as client:
+        up = [await client.get("/ping"), await client.post("/ping")]
+        load = await client.get("/load")
+        a.up = False
+        await pool_of(client).probe(pool_of(client).get("a"))
+        await pool_of(client).probe(pool_of(client).get("a"))
+        down = await client.get("/ping")
+    assert [r.status_code for r in up] == [200, 200] and up[0].content == b""
+    assert load.json() == {"server_load": 0}
+    assert down.status_code == 503
+
+
 async def test_failover_before_first_byte_and_lease_released() -> None:
     a, b = FakeReplica("a"), FakeReplica("b")
     async with gateway([a, b], policy="round_robin") as client:

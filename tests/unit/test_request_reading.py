@@ -10,7 +10,7 @@ from gateway.config import load_settings
 from gateway.errors import InvalidRequest
 from gateway.request.forwarding import forward_headers, is_gateway_secret
 from gateway.request.prompt_shapes import prompt_of
-from gateway.request.schemas import flag, routing_fields
+from gateway.request.schemas import flag, parse_json, routing_fields
 
 
 def never_secret(name: str) -> bool:
@@ -158,8 +158,8 @@ def test_routing_fields_read_odd_types_as_absent_but_a_model_must_be_a_string() 
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    (True, True), (False, False), (1, True), (0, False), ("True", True), ("yes", True),
-    ("false", False), ("", False), (None, False)])
+    (True, True), (False, False), (1, True), (0, False), (1.0, True), (0.0, False),
+    ("True", True), ("yes", True), ("false", False), ("", False), (None, False)])
 def test_flags_read_as_vllm_reads_them(value: object, expected: bool) -> None:
     assert flag(value) is expected
 
@@ -173,3 +173,7 @@ def test_the_clients_key_is_the_gateways_secret_only_with_client_keys(
     assert is_gateway_secret("x-api-key", settings) is secret
     assert is_gateway_secret("proxy-authorization", settings)
     assert not is_gateway_secret("user-agent", settings)
+
+
+def test_a_body_may_start_with_a_byte_order_mark_as_vllm_reads_it() -> None:
+    assert parse_json(b'\xef\xbb\xbf{"model": "m"}') == {"model": "m"}
