@@ -83,9 +83,11 @@ class RateLimited(GatewayError):
 
 
 class ModelNotFound(GatewayError):
+    """vLLM's own 404 for a model it does not serve (the code its status, as vLLM's)."""
+
     status = 404
     type = "NotFoundError"
-    code = "model_not_found"
+    code = 404
 
 
 class ResponseNotFound(GatewayError):

@@ -49,8 +49,9 @@ def bad_request(message: str, param: str | None = None) -> SimError:
     return SimError(400, message, "BadRequestError", param)
 
 
-def not_found_model(model: str) -> SimError:
-    return SimError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+def not_found_model(model: str, served: str) -> SimError:
+    return SimError(404, f"The model `{model}` does not exist. Valid aliases: {served}.",
+                    "NotFoundError", "model")
 
 
 def validation_error(

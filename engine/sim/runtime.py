@@ -128,7 +128,7 @@ class SimRuntime:
 
     def check_model(self, model: str | None) -> None:
         if model is not None and model != self.config.served_model_name:
-            raise not_found_model(model)
+            raise not_found_model(model, self.config.served_model_name)
 
     async def _off_loop(self, size: int, work: Callable[[], T]) -> T:
         try:

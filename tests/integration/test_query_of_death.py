@@ -70,7 +70,8 @@ def test_a_query_of_death_that_crashes_its_replica_costs_that_replica_only(strea
 def broken_checks(gw: GatewayProcess, result: str) -> float:
     text = httpx.get(gw.url + "/metrics").text
     return sum(float(v) for v in re.findall(
-        r'^prefixgate_replica_broken_checks_total\{replica="[^"]+",result="%s"\} (\S+)$' % result,
+        r'^prefixgate_replica_broken_checks_total\{replica="[^"]+",result="' + result
+        + r'"\} (\S+)$',
         text, re.MULTILINE))
 
 

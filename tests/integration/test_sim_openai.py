@@ -254,7 +254,7 @@ def test_errors_are_openai_shaped(client: openai.OpenAI, sim: SimProcess) -> Non
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=chat("x"))
     assert missing.value.body == {
-        "message": "The model `nope` does not exist.",
+        "message": "The model `nope` does not exist. Valid aliases: sim-a.",
         "type": "NotFoundError",
         "param": "model",
         "code": 404,

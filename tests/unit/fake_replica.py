@@ -28,6 +28,8 @@ class FakeReplica:
     status: int = 200
     publishes_capacity: bool = True
     """Whether its metrics carry ``vllm:cache_config_info`` (block size, capacity, dtype)."""
+    aliases: tuple[str, ...] = ()
+    """More served names of the same model (``--served-model-name m a b``)."""
     requests: list[dict] = field(default_factory=list)
     headers_seen: list[dict] = field(default_factory=list)
 
@@ -48,7 +50,9 @@ class FakeReplica:
                          'num_gpu_blocks="1000"} 1.0\n')
             return httpx.Response(200, text=text)
         if path == "/v1/models":
-            return httpx.Response(200, json={"object": "list", "data": [{"id": self.model}]})
+            return httpx.Response(200, json={"object": "list", "data": [
+                {"id": name, "root": "/models/" + self.model}
+                for name in (self.model, *self.aliases)]})
         body = json.loads(request.content)
         self.requests.append(body)
         self.headers_seen.append(dict(request.headers))

@@ -110,6 +110,28 @@ async def test_no_healthy_replica_is_503_with_retry_after() -> None:
     assert ready.status_code == 503
 
 
+async def test_an_unknown_model_is_vllms_404_and_aliases_default_as_in_vllm() -> None:
+    a, b = FakeReplica("a", aliases=("m-fast",)), FakeReplica("b", aliases=("m-fast",))
+    no_model = {k: v for k, v in CHAT.items() if k != "model"}
+    async with gateway([a, b]) as client:
+        unknown = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
+        default = await client.post("/v1/chat/completions", json=no_model)
+    assert unknown.status_code == 404
+    assert unknown.json() == {"error": {
+        "message": "The model `nope` does not exist. Valid aliases: m, m-fast.",
+        "type": "NotFoundError", "param": "model", "code": 404}}
+    assert default.status_code == 200  # vLLM's first served name
+    assert (a.requests + b.requests)[-1] == {**no_model, "model": "m"}
+
+
+async def test_two_models_need_a_model_field() -> None:
+    a, b = FakeReplica("a"), FakeReplica("b", model="other")
+    no_model = {k: v for k, v in CHAT.items() if k != "model"}
+    async with gateway([a, b]) as client:
+        answer = await client.post("/v1/chat/completions", json=no_model)
+    assert_openai_error(answer, 400)
+
+
 async def test_ping_and_load_answer_as_vllms() -> None:
     """SageMaker's health check and vLLM's load route, which load balancers call."""
     a = FakeReplica("a")
