@@ -477,6 +477,15 @@ class Settings(Strict):
     """Deadlines towards each replica."""
     max_body_bytes: int = Field(8 * 1024 * 1024, gt=0)
     """Largest request body; larger ones get 413."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Origins a browser may call the gateway from (CORS), as vLLM's ``--allowed-origins``:
+    ``["*"]`` for any. Empty (the default, as vLLM's): no cross-origin browser access."""
+    allow_credentials: bool = False
+    """CORS: whether browsers may send credentials (vLLM's ``--allow-credentials``)."""
+    allowed_methods: list[str] = Field(default_factory=lambda: ["*"])
+    """CORS: the methods a cross-origin request may use (vLLM's ``--allowed-methods``)."""
+    allowed_headers: list[str] = Field(default_factory=lambda: ["*"])
+    """CORS: the headers a cross-origin request may send (vLLM's ``--allowed-headers``)."""
     max_attempts: int = Field(3, ge=1)
     """Replicas tried for one request before the first byte (failover)."""
     health_interval: float = Field(1.0, gt=0)

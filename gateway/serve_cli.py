@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import signal
 import sys
@@ -65,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default auto: half the usable cores, 1 on a 2-core machine)")
     p.add_argument("--max-body-bytes", type=int,
                    help="largest request body accepted; larger ones get 413 (default 8 MiB)")
+    p.add_argument("--allowed-origins", type=_json_list, metavar="JSON",
+                   help='origins browsers may call from (CORS), as vLLM\'s: \'["*"]\' for '
+                        "any (default: none)")
+    p.add_argument("--allow-credentials", action="store_true", default=None,
+                   help="CORS: let browsers send credentials")
     p.add_argument("--log-level", help="debug, info, warning, error")
     p.add_argument("--api-keys", metavar="FILE",
                    help="YAML file of client keys, tenants and limits (default: no client "
@@ -94,13 +100,27 @@ def _workers_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number or auto") from None
 
 
+def _json_list(text: str) -> list[str]:
+    """vLLM's form of a list flag: a JSON list of strings (``'["*"]'``)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON list of strings, "
+                                         'e.g. \'["https://app.example.com"]\'')
+    return value
+
+
 def overrides(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"host": args.host, "port": args.port, "policy": args.policy,
                            "workers": args.workers,
                            "max_body_bytes": args.max_body_bytes, "log_level": args.log_level,
                            "access_log": args.access_log, "api_keys": args.api_keys,
                            "redis_url": args.redis_url,
-                           "redis_key_prefix": args.redis_key_prefix}
+                           "redis_key_prefix": args.redis_key_prefix,
+                           "allowed_origins": args.allowed_origins,
+                           "allow_credentials": args.allow_credentials}
     if args.replica:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
     if args.replicas_from:

@@ -36,6 +36,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from prometheus_client import generate_latest
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 from engine.pool.discovery import Resolver
 from gateway.auth.keys import KeyStore, watching
@@ -92,8 +94,9 @@ from policies.base import Policy
 class Serving:
     """The running gateway, as its app serves it."""
 
-    front: Front
-    """Every HTTP request's entry (``gateway.request.front``)."""
+    front: ASGIApp
+    """Every HTTP request's entry: the front door (``gateway.request.front``), behind
+    CORS when ``allowed_origins`` is set."""
     state: GatewayState
     ops_view: OpsView
 
@@ -193,6 +196,12 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
                                      if isinstance(live_lint, LintProcess) else None))
         front = Front(api, RouteTable(ROUTES), state, Dispatcher(state, homes), drain, keys,
                       live.metrics_auth)
+        entry: ASGIApp = front
+        if live.allowed_origins:  # CORS as vLLM answers it; without it, not a call more
+            entry = CORSMiddleware(front, allow_origins=live.allowed_origins,
+                                   allow_credentials=live.allow_credentials,
+                                   allow_methods=live.allowed_methods,
+                                   allow_headers=live.allowed_headers)
         # "ready", or "waiting for replicas" (and which cannot be reached)
         ReplicaWatch(pool, policy.name, f"http://{live.host}:{live.port}/v1").report()
         stack.enter_context(startup_frozen())
@@ -201,4 +210,4 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
             stack.push_async_callback(asyncio.to_thread, trace.writer.stop)
         await stack.enter_async_context(watching(keys, live.api_keys_reload_seconds))
         await stack.enter_async_context(sharing(keys, live.redis_url, live.redis_key_prefix))
-        yield Serving(front, state, ops_view)
+        yield Serving(entry, state, ops_view)
