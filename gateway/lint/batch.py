@@ -17,6 +17,8 @@ by field (``variance``):
   characters and a ``cache_salt`` unique per request are group findings; an
   invisible difference is also a warning in each request that carries the
   odd form (CRLF beside LF, a no-break space beside a space).
+
+Requests are compared when they share model, tenant (``user``) and shape.
 """
 
 from __future__ import annotations
@@ -73,13 +75,14 @@ class BatchLinter:
 
     def lint(self, bodies: Sequence[Mapping[str, Any]], block_size: int) -> BatchReport:
         analyses = [self.linter.analyze(body, block_size) for body in bodies]
-        groups: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, str, str], list[int]] = {}
         for index, body in enumerate(bodies):
+            model = str(body.get("model") or "")
             tenant = str(body.get("user") or "")
-            groups.setdefault((tenant, shape_of(body)), []).append(index)
+            groups.setdefault((model, tenant, shape_of(body)), []).append(index)
         findings: list[list[Finding]] = [list(a.report.findings) for a in analyses]
         reports = []
-        for (_, shape), members in groups.items():
+        for (_, _, shape), members in groups.items():
             reports.append(self._group(shape, members, analyses, findings, block_size))
         final = tuple(make_report(a.report.model, block_size, a.prompt.total, a.stable_tokens,
                                   findings[i]) for i, a in enumerate(analyses))

@@ -239,3 +239,13 @@ def test_a_trailing_space_is_found_at_the_request_that_has_it(batch: BatchLinter
             "unicode", 0 if odd_first else 1, len(text), len(text) + 1, " ")
         assert finding.suggestion.startswith("Strip trailing spaces")
 
+
+def test_requests_of_different_models_are_not_compared(batch: BatchLinter) -> None:
+    bodies = (system_requests("You are Northwind's support assistant." + POLICY, model="m1")
+              + system_requests("You are a coding agent. Use the tools. Always run the tests "
+                                "before you finish.", model="m2")
+              + system_requests("You are Northwind's support assistant." + POLICY, model="m1"))
+    report = batch.lint(bodies, BLOCK)
+    assert [g.requests for g in report.groups] == [(0, 2), (1,)]
+    assert all(g.varying == () and g.findings == () for g in report.groups)
+    assert report.warnings == 0
