@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 
+from engine.tokenizer import template_tools
 from gateway.lint.linter import Analysis, Linter, floor_blocks, make_report
 from gateway.lint.model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
 from gateway.lint.structure import TextField, leading_system, message_text, tool_names
@@ -289,9 +290,12 @@ class BatchLinter:
         by_name: dict[str, set[bytes]] = {}
         canonical: dict[str, set[bytes]] = {}
         for analysis in group:
-            for tool in analysis.body.get("tools") or []:
+            tools = analysis.body.get("tools") or []
+            # as the template gets them: vLLM rebuilds a function tool's outer keys in a
+            # fixed order, so only the order inside its parameters reaches the prompt
+            for tool, rendered in zip(tools, template_tools(tools) or []):
                 name = tool_names([tool])[0]
-                by_name.setdefault(name, set()).add(orjson.dumps(tool))
+                by_name.setdefault(name, set()).add(orjson.dumps(rendered))
                 canonical.setdefault(name, set()).add(orjson.dumps(tool, option=orjson.OPT_SORT_KEYS))
         for name, forms in by_name.items():
             if len(forms) > 1 and len(canonical[name]) == 1:

@@ -97,12 +97,17 @@ def test_common_prefix_matches_the_tokenizer(batch: BatchLinter, hasher: PromptH
     assert report.reports[0].cacheable_prefix_tokens == common - common % BLOCK
 
 
-def tool(name: str, description: str, reorder: bool = False) -> dict[str, Any]:
-    function = {"name": name, "description": description,
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+def tool(name: str, description: str, reorder: bool = False,
+         reorder_outer: bool = False) -> dict[str, Any]:
+    """``reorder``: the keys of its parameters in another order (the template writes them
+    out as given); ``reorder_outer``: the function's own keys in another order (vLLM
+    rebuilds those in a fixed order before the template sees them)."""
+    parameters: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
     if reorder:
-        function = {"parameters": function["parameters"], "name": name,
-                    "description": description}
+        parameters = {"properties": parameters["properties"], "type": "object"}
+    function = {"name": name, "description": description, "parameters": parameters}
+    if reorder_outer:
+        function = {"parameters": parameters, "name": name, "description": description}
     return {"type": "function", "function": function}
 
 
@@ -249,3 +254,24 @@ def test_requests_of_different_models_are_not_compared(batch: BatchLinter) -> No
     assert [g.requests for g in report.groups] == [(0, 2), (1,)]
     assert all(g.varying == () and g.findings == () for g in report.groups)
     assert report.warnings == 0
+
+
+def test_a_function_tools_own_key_order_is_not_unstable_json(batch: BatchLinter) -> None:
+    """vLLM rebuilds {type, function: {name, description, parameters}} in that order before
+    the template renders it: those keys' order never reaches the prompt. The order inside
+    parameters does, and is still a warning."""
+    system = "You are a research assistant. Cite sources. " * 4
+
+    def bodies(**reorder: bool) -> list[dict[str, Any]]:
+        return [{"model": "m", "messages": [{"role": "system", "content": system},
+                                            {"role": "user", "content": f"topic {i}"}],
+                 "tools": [tool("search", "Search the web.", **(reorder if i else {})),
+                           tool("fetch", "Fetch a page.")]} for i in range(2)]
+
+    report = batch.lint(bodies(reorder_outer=True), BLOCK)
+    assert report.groups[0].findings == () and report.warnings == 0
+    assert not any(f.kind == "unstable_json" for r in report.reports for f in r.findings)
+    report = batch.lint(bodies(reorder=True), BLOCK)
+    (finding,) = report.groups[0].findings
+    assert (finding.kind, finding.path, finding.severity) == ("unstable_json", "tools[0]",
+                                                              "warning")

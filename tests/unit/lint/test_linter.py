@@ -102,10 +102,16 @@ def test_unique_cache_salt_means_nothing_is_reusable(linter: Linter) -> None:
 
 
 def test_invisible_unicode_and_tool_key_order(linter: Linter) -> None:
+    # the function's own keys in another order reach no prompt (vLLM rebuilds them in a
+    # fixed order); its parameters' keys in another order do
     tools = [{"type": "function", "function": {"name": "a", "description": "x",
-                                               "parameters": {"type": "object"}}},
-             {"function": {"parameters": {"type": "object"}, "name": "b", "description": "y"},
-              "type": "function"}]
+                                               "parameters": {"type": "object",
+                                                              "required": []}}},
+             {"function": {"parameters": {"type": "object", "required": []}, "name": "b",
+                           "description": "y"}, "type": "function"},
+             {"type": "function", "function": {"name": "c", "description": "z",
+                                               "parameters": {"required": [],
+                                                              "type": "object"}}}]
     body = {"messages": [{"role": "system",
                           "content": "\ufeffRules:\r\nBe\u00a0kind. \nNo\u200bspam. Cafe\u0301."},
                          {"role": "user", "content": "hi"}], "tools": tools}
@@ -116,7 +122,7 @@ def test_invisible_unicode_and_tool_key_order(linter: Linter) -> None:
             "text is not in NFC"} <= problems
     assert all(f.severity == "info" for f in report.findings if f.kind == "unicode")
     unstable = [f for f in report.findings if f.kind == "unstable_json"]
-    assert [f.path for f in unstable] == ["tools[1]"]
+    assert [f.path for f in unstable] == ["tools[2].function.parameters"]
 
 
 def test_short_stable_prefix_is_reported(linter: Linter) -> None:
