@@ -226,3 +226,14 @@ def test_a_late_developer_message_is_found_where_vllm_puts_it(
     assert "first message" in moved.suggestion
     first = {**body, "messages": [note, *body["messages"]]}  # fixed, in front: no finding
     assert not any(f.kind == "moved_to_front" for f in linter.lint(first, BLOCK).findings)
+
+
+def test_a_timestamp_years_away_is_info_like_a_date_years_away(linter: Linter) -> None:
+    system = ("Unix time 0 is 1970-01-01T00:00:00Z. Answer dates in ISO 8601, e.g. "
+              "2024-01-15 14:30. You are the support assistant of Northwind Outfitters. "
+              "Be concise and friendly.")
+    report = linter.lint(chat(system=system, tools=[]), BLOCK)
+    found = [(f.kind, f.text, f.severity) for f in report.findings if f.kind == "timestamp"]
+    assert found == [("timestamp", "1970-01-01T00:00:00Z", "info"),
+                     ("timestamp", "2024-01-15 14:30", "info")]
+    assert report.cacheable_prefix_tokens == report.cacheable_prefix_tokens_if_fixed
