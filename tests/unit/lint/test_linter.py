@@ -237,3 +237,15 @@ def test_a_timestamp_years_away_is_info_like_a_date_years_away(linter: Linter) -
     assert found == [("timestamp", "1970-01-01T00:00:00Z", "info"),
                      ("timestamp", "2024-01-15 14:30", "info")]
     assert report.cacheable_prefix_tokens == report.cacheable_prefix_tokens_if_fixed
+
+
+def test_german_french_spanish_ago_and_todays_weekday_are_warnings(linter: Linter) -> None:
+    system = ("Der Nutzer war vor 3 Minuten aktiv. L'utilisateur était actif il y a 3 minutes. "
+              "El usuario estuvo activo hace 3 minutos. Heute ist Montag. Aujourd'hui nous "
+              "sommes lundi. Hoy es lunes. You are the support assistant of Northwind.")
+    report = linter.lint(chat(system=system, tools=[]), BLOCK)
+    found = [(f.kind, f.text) for f in report.findings if f.severity == "warning"]
+    assert found == [("relative_time", "vor 3 Minuten"), ("relative_time", "il y a 3 minutes"),
+                     ("relative_time", "hace 3 minutos"), ("weekday", "Montag"),
+                     ("weekday", "lundi"), ("weekday", "lunes")]
+    assert report.cacheable_prefix_tokens < report.cacheable_prefix_tokens_if_fixed
