@@ -14,9 +14,9 @@ later text against it:
    so are the gaps between reference atoms where some text has atoms the
    reference lacks (an insertion: "pro" and "enterprise pro"). Runs of
    varying atoms are the slots; two slots separated by one space are one
-   slot ("Alice Smith"). A gap next to no varying atom is a slot of its own:
-   the reference atom after it ("pro", where another text has "enterprise
-   pro"), or an empty span where that atom is a space or the text's end.
+   slot ("Alice Smith"). A gap next to no varying atom is an empty slot of
+   its own (where another text has "enterprise " before "pro", or a space);
+   ``grown`` takes the next word into it, for a value in every text.
 
 The common prefix and suffix end on atom boundaries of both texts: "gold"
 and "golden" share "gold", but differ in one atom, not by an insertion of
@@ -181,8 +181,8 @@ class Variance:
 
     def slots(self) -> list[tuple[int, int]]:
         """Character spans of the reference that vary, whitespace-trimmed and merged (a span
-        of spaces alone where only spaces vary); an empty span where text was inserted
-        between a space, or the end, and what comes before."""
+        of spaces alone where only spaces vary); an empty span where some text has more
+        between two reference atoms."""
         count = len(self.varying)
         runs: list[list[int]] = []
         for index, flag in enumerate(self.varying):
@@ -209,11 +209,8 @@ class Variance:
             if not flag or (gap < count and self.varying[gap]) or (
                     gap > 0 and self.varying[gap - 1]):
                 continue  # next to a varying atom: that slot holds the insertion
-            if gap < count and not self.reference[self.starts[gap]:self.ends[gap]].isspace():
-                out.append((self.starts[gap], self.ends[gap]))  # "pro", "enterprise pro"
-            else:
-                at = self.starts[gap] if gap < count else len(self.reference)
-                out.append((at, at))
+            at = self.starts[gap] if gap < count else len(self.reference)
+            out.append((at, at))  # "" where another text has "enterprise " (or a space)
         out.sort()
         merged: list[tuple[int, int]] = []
         for start, end in out:

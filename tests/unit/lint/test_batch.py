@@ -199,6 +199,23 @@ def test_text_inserted_between_words_varies(batch: BatchLinter) -> None:
         assert group.varying[0].start == 6
 
 
+@pytest.mark.parametrize("clean, odd, at, chars", [
+    ("Tier: gold. Customer", "Tier: gold . Customer", 10, " "),
+    ("Tier: gold. Customer", "Tier: gold\u00a0. Customer", 10, "\u00a0"),
+    ("Tier: gold. Customer", "Tier: gold\u200b. Customer", 10, "\u200b"),
+])
+def test_an_invisible_character_inserted_before_a_word_or_a_stop(
+        batch: BatchLinter, clean: str, odd: str, at: int, chars: str) -> None:
+    """Inserted where the clean text has no space at all: still found (it was lost when the
+    span was taken to be the "." after it, stripped of spaces on both sides)."""
+    for systems, odd_index in (([clean + POLICY, odd + POLICY], 1),
+                               ([odd + POLICY, clean + POLICY], 0)):
+        group = batch.lint(system_requests(*systems), BLOCK).groups[0]
+        (finding,) = group.findings
+        assert (finding.kind, finding.request, finding.start, finding.end, finding.text) == (
+            "unicode", odd_index, at, at + len(chars), chars)
+
+
 INVISIBLE = [  # (clean, odd, the odd characters, where they start in the odd text)
     ("Northwind's support", "Northwind's\u200bsupport", "\u200b", 11),
     ("Northwind's support", "Northwind's support\u200b assistant"[:-10], "\u200b", 19),
