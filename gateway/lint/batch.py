@@ -12,8 +12,13 @@ by field (``variance``):
   policy text) drop to ``info``; hits on varying text are confirmed;
 * the requests' rendered prompts give the group's common prefix in tokens;
 * tool order that changes between requests, tool JSON that differs only in
-  key order, fields that differ only in invisible characters and a
-  ``cache_salt`` unique per request are group findings.
+  a key order the rendered prompt keeps (vLLM rebuilds each function tool's
+  outer keys in a fixed order), text that differs only in invisible
+  characters and a ``cache_salt`` unique per request are group findings; an
+  invisible difference is also a warning in each request that carries the
+  odd form (CRLF beside LF, a no-break space beside a space).
+
+Requests are compared when they share model, tenant (``user``) and shape.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import groupby
 from typing import Any
 
 import orjson
 
+from engine.tokenizer import template_tools
 from gateway.lint.linter import Analysis, Linter, floor_blocks, make_report
 from gateway.lint.model import STRUCTURE_KINDS, BatchReport, Finding, GroupReport, VaryingSpan
 from gateway.lint.structure import TextField, leading_system, message_text, tool_names
@@ -53,17 +60,6 @@ def redacted_shape(shape: str, digest: Callable[[str], str]) -> str:
     return f"{head}{mark}{len(names.split(','))} (names hidden, {digest(names)})"
 
 
-def invisible_fold(text: str) -> str:
-    """Text as a reader sees it: NFC, no zero-width characters, plain spaces, LF, no
-    trailing spaces."""
-    text = unicodedata.normalize("NFC", text.replace("\r\n", "\n").lstrip("\ufeff"))
-    for char in ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff"):
-        text = text.replace(char, "")
-    for char in ("\u00a0", "\u202f", "\u2007"):
-        text = text.replace(char, " ")
-    return "\n".join(line.rstrip(" \t") for line in text.split("\n"))
-
-
 @dataclass(frozen=True, slots=True)
 class Compared:
     """One field of the stable prefix across a group's requests."""
@@ -80,13 +76,14 @@ class BatchLinter:
 
     def lint(self, bodies: Sequence[Mapping[str, Any]], block_size: int) -> BatchReport:
         analyses = [self.linter.analyze(body, block_size) for body in bodies]
-        groups: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, str, str], list[int]] = {}
         for index, body in enumerate(bodies):
+            model = str(body.get("model") or "")
             tenant = str(body.get("user") or "")
-            groups.setdefault((tenant, shape_of(body)), []).append(index)
+            groups.setdefault((model, tenant, shape_of(body)), []).append(index)
         findings: list[list[Finding]] = [list(a.report.findings) for a in analyses]
         reports = []
-        for (_, shape), members in groups.items():
+        for (_, _, shape), members in groups.items():
             reports.append(self._group(shape, members, analyses, findings, block_size))
         final = tuple(make_report(a.report.model, block_size, a.prompt.total, a.stable_tokens,
                                   findings[i]) for i, a in enumerate(analyses))
@@ -110,13 +107,10 @@ class BatchLinter:
                         findings[i] = [_demote(f, n) if _on(f, compared, members.index(i)) else f
                                        for f in findings[i]]
                     continue
-                if len({invisible_fold(t) for t in compared.texts}) == 1:
-                    group_findings.append(Finding(
-                        "unicode", "", compared.paths[0], 0, 0, "warning", 0.9,
-                        suggestion("unicode", "system", "varies"),
-                        detail="the text differs between requests only in invisible characters"))
-                    continue
-                varying.extend(self._vary(compared, members, analyses, findings))
+                spans, invisible = self._vary(compared, members, analyses, findings)
+                varying.extend(spans)
+                if invisible:
+                    group_findings.append(invisible)
         return GroupReport(tuple(members), shape, common_tokens,
                            floor_blocks(common_tokens, block_size), tuple(varying),
                            tuple(group_findings))
@@ -142,37 +136,97 @@ class BatchLinter:
         return out
 
     def _vary(self, compared: Compared, members: list[int], analyses: list[Analysis],
-              findings: list[list[Finding]]) -> list[VaryingSpan]:
+              findings: list[list[Finding]]) -> tuple[list[VaryingSpan], Finding | None]:
+        """The field's varying spans, each marked in every request; spans that differ only
+        in invisible characters (spaces, line endings, zero-width and no-break characters)
+        are marked in the requests that carry the odd form instead, and the first of them
+        is also returned as the group's finding."""
         variance = Variance(self.atomizer, compared.texts[0])
         alignments = [variance.align(compared.texts[0])]
         alignments += [variance.observe(text) for text in compared.texts[1:]]
         slots = _widened(variance.slots(), [f for f in findings[members[0]]
                                             if _on(f, compared, 0)])
         out = []
+        invisible: list[tuple[list[tuple[int, int]], list[str]]] = []
+        marked: list[list[tuple[int, int]]] = [[] for _ in members]
         for slot in slots:
             spans = [variance.value(a, slot) for a in alignments]
             values = [a.text[s:e] for a, (s, e) in zip(alignments, spans)]
+            if len(set(values)) == 1:
+                continue
+            if all(_is_invisible(v) for v in values):
+                invisible.append((spans, values))
+                continue
+            if not all(values):  # text inserted or left out: show it with the next word
+                slot = variance.grown(slot)
+                spans = [variance.value(a, slot) for a in alignments]
+                values = [a.text[s:e] for a, (s, e) in zip(alignments, spans)]
             seen = [f.kind for position, index in enumerate(members) for f in findings[index]
                     if f.path == compared.paths[position] and f.kind not in STRUCTURE_KINDS
                     and f.start < spans[position][1] and f.end > spans[position][0]]
             kind = self._kind(values, seen)
             distinct = list(dict.fromkeys(values))
-            field = _field(analyses[members[0]], compared.paths[0])
-            offset = analyses[members[0]].layout.place(field, slot[0]) if field else None
-            token = analyses[members[0]].prompt.token_at(offset) if offset is not None else None
-            out.append(VaryingSpan(compared.paths[0], slot[0], slot[1],
-                                   compared.texts[0][slot[0]:slot[1]], kind, len(distinct),
-                                   tuple(distinct[:EXAMPLES]), token))
+            start, end = spans[0]
+            path = compared.paths[0]
+            out.append(VaryingSpan(path, start, end, values[0], kind, len(distinct),
+                                   tuple(distinct[:EXAMPLES]),
+                                   _token(analyses[members[0]], path, start)))
             for position, index in enumerate(members):
                 self._mark(index, compared.paths[position], spans[position], values[position],
                            kind, len(distinct), len(members), analyses, findings)
+                marked[position].append(spans[position])
         for position, index in enumerate(members):
             path, alignment = compared.paths[position], alignments[position]
             findings[index] = [
-                _demote(f, len(members)) if (f.path == path and f.kind not in STRUCTURE_KINDS
-                                             and variance.is_stable(alignment, f.start, f.end))
+                _demote(f, len(members)) if (
+                    f.path == path and f.kind not in STRUCTURE_KINDS
+                    and variance.is_stable(alignment, f.start, f.end)
+                    and not any(f.start < e and f.end > s for s, e in marked[position]))
                 else f for f in findings[index]]
-        return out
+        return out, self._invisible(compared, members, analyses, findings, invisible)
+
+    def _invisible(self, compared: Compared, members: list[int], analyses: list[Analysis],
+                   findings: list[list[Finding]],
+                   slots: list[tuple[list[tuple[int, int]], list[str]]]) -> Finding | None:
+        """Warn, in each request that carries an odd invisible form (the one fewest requests
+        share: CRLF beside LF, a no-break or zero-width character beside a space, a trailing
+        space), at its first such place in the field; return the group's finding, at the
+        first place and request where the requests differ."""
+        n = len(members)
+        group_finding = None
+        warned: set[int] = set()
+        for spans, values in slots:
+            counts: dict[str, int] = {}
+            for value in values:
+                counts[value] = counts.get(value, 0) + 1
+            usual = max(counts, key=lambda v: (counts[v], _plain(v), -len(v)))
+            for position, index in enumerate(members):
+                value = values[position]
+                if value == usual:
+                    continue
+                path = compared.paths[position]
+                start, end = spans[position]
+                text = compared.texts[position]
+                problem = _invisible_problem(value, text, end)
+                have = "has" if counts[usual] == 1 else "have"
+                detail = (f"{_show(value)} here where {counts[usual]} of the {n} requests of "
+                          f"this app {have} {_show(usual)}: invisible, yet it changes the "
+                          "tokens from here on")
+                if group_finding is None:
+                    group_finding = Finding(
+                        "unicode", value, path, start, end, "warning", 1.0,
+                        suggestion("unicode", "system", problem),
+                        _token(analyses[index], path, start),
+                        detail=f"request {index}: {detail}", request=index)
+                if index in warned:
+                    continue
+                warned.add(index)
+                findings[index] = _confirm_invisible(
+                    findings[index], Finding(
+                        "unicode", value, path, start, end, "warning", 1.0,
+                        suggestion("unicode", "system", problem),
+                        _token(analyses[index], path, start), detail=detail))
+        return group_finding
 
     def _mark(self, index: int, path: str, span: tuple[int, int], value: str, kind: str,
               distinct: int, n: int, analyses: list[Analysis],
@@ -189,8 +243,7 @@ class BatchLinter:
         if not covered and end > start:
             analysis = analyses[index]
             field = _field(analysis, path)
-            offset = analysis.layout.place(field, start) if field else None
-            token = analysis.prompt.token_at(offset) if offset is not None else None
+            token = _token(analysis, path, start)
             finding_kind = kind if kind in SUGGESTIONS else "text"
             updated.append(Finding(
                 finding_kind, value, path, start, end,
@@ -237,9 +290,12 @@ class BatchLinter:
         by_name: dict[str, set[bytes]] = {}
         canonical: dict[str, set[bytes]] = {}
         for analysis in group:
-            for tool in analysis.body.get("tools") or []:
+            tools = analysis.body.get("tools") or []
+            # as the template gets them: vLLM rebuilds a function tool's outer keys in a
+            # fixed order, so only the order inside its parameters reaches the prompt
+            for tool, rendered in zip(tools, template_tools(tools) or []):
                 name = tool_names([tool])[0]
-                by_name.setdefault(name, set()).add(orjson.dumps(tool))
+                by_name.setdefault(name, set()).add(orjson.dumps(rendered))
                 canonical.setdefault(name, set()).add(orjson.dumps(tool, option=orjson.OPT_SORT_KEYS))
         for name, forms in by_name.items():
             if len(forms) > 1 and len(canonical[name]) == 1:
@@ -273,6 +329,69 @@ def _widened(slots: list[tuple[int, int]], hits: list[Finding]) -> list[tuple[in
 
 def _field(analysis: Analysis, path: str) -> TextField | None:
     return next((f for f in analysis.fields if f.path == path), None)
+
+
+def _token(analysis: Analysis, path: str, start: int) -> int | None:
+    """The prompt token where character ``start`` of the field at ``path`` lands."""
+    field = _field(analysis, path)
+    offset = analysis.layout.place(field, start) if field else None
+    return analysis.prompt.token_at(offset) if offset is not None else None
+
+
+ZERO_WIDTH = frozenset("\u200b\u200c\u200d\u2060\ufeff")
+NO_BREAK = frozenset("\u00a0\u202f\u2007")
+CONTROL_NAMES = {"\r": "CR", "\n": "LF", "\t": "TAB", "\x0b": "VT", "\x0c": "FF"}
+
+
+def _is_invisible(value: str) -> bool:
+    """Spaces, line breaks and format characters only (or nothing): what a reader does not
+    see, though the tokenizer does."""
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in value)
+
+
+def _plain(value: str) -> bool:
+    """Plain spacing: single spaces and LF line breaks, no space before a line break."""
+    return (all(c in " \n" for c in value) and "  " not in value and " \n" not in value)
+
+
+def _show(value: str) -> str:
+    """An invisible value written out: ``'\\r\\n' (CR, LF)``, ``'\\xa0' (NO-BREAK SPACE)``."""
+    if not value:
+        return "nothing"
+    names = []
+    for char, run in groupby(value):
+        name = CONTROL_NAMES.get(char) or unicodedata.name(char, "") or f"U+{ord(char):04X}"
+        times = len(list(run))
+        names.append(f"{name} x{times}" if times > 1 else name)
+    return f"{value!r} ({', '.join(names)})"
+
+
+def _invisible_problem(value: str, text: str, end: int) -> str:
+    """Which invisible-character fix applies (``UNICODE``'s keys)."""
+    if "\r" in value:
+        return "crlf"
+    if any(c in ZERO_WIDTH for c in value):
+        return "zero_width"
+    if any(c in NO_BREAK for c in value):
+        return "nbsp"
+    if value.strip(" \t") == "" and (end >= len(text) or text[end] in "\r\n"):
+        return "trailing_space"
+    return "varies"
+
+
+def _confirm_invisible(findings: list[Finding], found: Finding) -> list[Finding]:
+    """``found`` in place of the request's own ``info`` unicode finding on the same span (its
+    detail kept), else added."""
+    out = []
+    covered = False
+    for f in findings:
+        if (not covered and f.kind == "unicode" and f.path == found.path
+                and f.start <= found.start and f.end >= found.end and f.end > f.start):
+            covered = True
+            f = replace(found, text=f.text, start=f.start, end=f.end,
+                        detail=f"{f.detail}; {found.detail}" if f.detail else found.detail)
+        out.append(f)
+    return out if covered else out + [found]
 
 
 def _on(finding: Finding, compared: Compared, position: int) -> bool:

@@ -160,7 +160,8 @@ def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
     located = [_place(name, requests, index, finding)
                for index, single in enumerate(singles) for finding in single.findings]
     if isinstance(report, BatchReport):
-        located += [_place(name, requests, group.requests[0], finding)
+        located += [_place(name, requests, group.requests[0] if finding.request is None
+                           else finding.request, finding)
                     for group in report.groups for finding in group.findings]
     return Linted(name, report, located)
 

@@ -34,7 +34,14 @@ from gateway.lint import names, temporal
 from gateway.lint.identifiers import Identifiers
 from gateway.lint.model import Hit
 from gateway.lint.normalize import Folder
-from gateway.lint.patterns import COUNTER_LITERALS, CUE_LITERALS, MONTHS, NAME_LITERALS, PatternSet
+from gateway.lint.patterns import (
+    COUNTER_LITERALS,
+    CUE_LITERALS,
+    MONTHS,
+    NAME_LITERALS,
+    RELATIVE_BEFORE,
+    PatternSet,
+)
 from gateway.lint.people import PersonNames
 from gateway.lint.spans import TEMPORAL, longest_wins, merge, pieces
 from gateway.lint.windows import (
@@ -145,6 +152,8 @@ class Detector:
         following = t[e:e + 16]
         if " ago" in following or "前" in following[:6]:
             return False  # "12 minutes ago", "3小时前"
+        if t[max(0, s - 8):s].lower().endswith(RELATIVE_BEFORE):
+            return False  # "vor 3 Minuten", "il y a 3 minutes", "hace 3 minutos"
         if after == " " and (following[1:4].lower() in MONTH_HEADS
                              or following[1:4].lower() in ("of ", "de ")):
             return False
@@ -179,7 +188,7 @@ class Detector:
                 found += [temporal.cjk_time(m, t, p.ampm_before) for m in p.cjk_time.finditer(t, a, b)]
             if window.longest >= 10:
                 found += [temporal.epoch(m, now) for m in p.epoch.finditer(t, a, b)]
-            if "ago" in w or "前" in w:
+            if "ago" in w or "前" in w or any(r in w.lower() for r in RELATIVE_BEFORE):
                 found += [temporal.relative_time(m) for m in p.relative_time.finditer(t, a, b)]
             if w.count("-") >= 4:
                 found += [ids.uuid(m, now) for m in p.uuid.finditer(t, a, b)]

@@ -42,6 +42,9 @@ class Finding:
     token_start: int | None = None
     """First prompt token the span affects; None when it could not be placed."""
     detail: str = ""
+    request: int | None = None
+    """For a group's finding: the batch index of the request ``path`` and the offsets are
+    in (None: the group's first request)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -50,6 +53,8 @@ class Finding:
             "confidence": round(self.confidence, 2), "suggestion": self.suggestion}
         if self.detail:
             out["detail"] = self.detail
+        if self.request is not None:
+            out["request"] = self.request
         return out
 
 

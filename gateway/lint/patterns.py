@@ -60,7 +60,12 @@ TIME_ZONES = ("UTC", "GMT", "EST", "EDT", "CST", "CDT", "MST", "MDT", "PST", "PD
               "CEST", "BST", "IST", "JST", "KST", "HKT", "SGT", "AEST", "AEDT", "EET", "EEST",
               "WET", "WEST", "MSK", "NZST", "NZDT", "AKST", "AKDT", "HST")
 
+RELATIVE_BEFORE = ("vor ", "il y a ", "hace ")
+"""What comes before the number in German, French and Spanish "ago" (``vor 3 Minuten``,
+``il y a 3 minutes``, ``hace 3 minutos``); English and CJK put it after."""
+
 CUE_LITERALS = ("today", "current", "now", "it is", "it's", "it’s", "day of",
+                "heute", "aujourd'hui", "aujourd’hui", "nous sommes", "hoy",
                 "今天", "今日", "本日", "现在", "現在", "当前", "當前", "目前", "只今")
 """Seeds for a weekday standing alone after a relative phrase ("Today is Monday"); the
 ``cue`` pattern decides. Hits with digits find their cue by looking back instead."""
@@ -167,6 +172,12 @@ class PatternSet:
         self.relative_time = re.compile(r"""
             (?<![A-Za-z0-9.])[0-9]{1,3}\ ?(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?
               |months?)\ ago(?![A-Za-z])
+            |(?<![A-Za-z])vor\ [0-9]{1,3}\ (?:Sekunden?|Minuten?|Stunden?|Tag(?:en)?|Wochen?
+              |Monat(?:en)?)(?![A-Za-z])
+            |(?<![A-Za-z])il\ y\ a\ [0-9]{1,3}\ (?:secondes?|minutes?|heures?|jours?|semaines?
+              |mois)(?![A-Za-z])
+            |(?<![A-Za-z])hace\ [0-9]{1,3}\ (?:segundos?|minutos?|horas?|d[ií]as?|semanas?
+              |mes(?:es)?)(?![A-Za-z])
             |(?<![0-9])[0-9]{1,3}\s?(?:秒钟|秒鐘|秒|分钟|分鐘|分|小时|小時|時間|天|日|周|週間|个月|ヶ月|か月)
               \s?(?:前|以前)""", flags | re.IGNORECASE)
         self.iso_week = re.compile(
@@ -245,6 +256,8 @@ class PatternSet:
               |currently|date\ today|the\ (?:time|date)|time\ now|local\ time|now|as\ of
               |it\ is|it's|it’s)
             (?:\ (?:is|are|was))?(?:\ now|\ currently)?\ ?[:=,]?
+            |(?:heute(?:\ ist)?|aujourd['’]hui(?:,?\ (?:nous\ sommes|c['’]est|on\ est))?
+              |nous\ sommes|hoy(?:\ es)?)\ ?[:=,]?
             |今天(?:是)?|今日(?:は)?|本日(?:は)?|现在(?:是|时间是?)?|現在(?:は|時刻は?|の時刻は?)?
             |当前(?:时间|日期)(?:是|为)?|當前(?:時間|日期)(?:是|為)?|目前(?:是)?""",
                               flags | re.IGNORECASE)

@@ -58,7 +58,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gateway.lint.model import Hit
-from gateway.lint.patterns import MONTHS, WEEKDAYS, ZH_COMPOUND_SURNAMES, ZH_SURNAMES
+from gateway.lint.patterns import (
+    JA_WEEKDAYS,
+    MONTHS,
+    WEEKDAYS,
+    ZH_COMPOUND_SURNAMES,
+    ZH_SURNAMES,
+)
 
 LATIN_LOCALES = ("en_US", "en_GB", "en_IN", "es_ES", "es_MX", "fr_FR", "de_DE", "it_IT",
                  "pt_BR", "nl_NL", "pl_PL", "tr_TR", "vi_VN", "id_ID")
@@ -307,6 +313,8 @@ class PersonNames:
             position = start + len(word)
             if flag not in ("nr", "nrfg") or not 2 <= len(word) <= 4:
                 continue
+            if word[0] in JA_WEEKDAYS and word[1:] in ("曜日", "曜"):
+                continue  # "金曜日" (Friday) in Japanese without kana: jieba tags it a name
             compound = word[:2] in ZH_COMPOUND_SURNAMES
             if not (compound or word[0] in ZH_SURNAMES):
                 continue

@@ -13,6 +13,8 @@ from bisect import bisect_left
 from gateway.lint.model import Hit
 
 TEMPORAL = frozenset({"timestamp", "date", "time", "weekday"})
+FAR_CONFIDENCE = 0.5
+"""Below it a date is far from now (``temporal.date_confidence``: years away)."""
 PRIORITY = {kind: rank for rank, kind in enumerate((
     "jwt", "uuid", "ulid", "timestamp", "date", "epoch", "time", "email", "ip", "phone",
     "request_id", "session_id", "record_id", "relative_time", "counter", "name", "weekday", "nonce"))}
@@ -43,7 +45,10 @@ def merge(chain: list[Hit]) -> Hit:
     confidence = (max(h.confidence for h in chain if h.kind != "weekday")
                   if held != {"weekday"} else chain[0].confidence)
     if kind == "timestamp":
-        confidence = max(confidence, 0.9)
+        dated = max(h.confidence for h in chain if h.kind in ("date", "timestamp"))
+        # a clock time next to a date makes it the current time, unless the date is years
+        # away: then it is as likely fixed text as that date alone
+        confidence = dated if dated < FAR_CONFIDENCE else max(confidence, 0.9)
     return Hit(kind, chain[0].start, chain[-1].end, confidence, detail)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.tokenizer import RenderError, fold_content
+from engine.tokenizer import RenderError, fold_content, template_tools
 from gateway.lint.model import Finding
 from gateway.lint.suggest import suggestion
 
@@ -236,12 +236,16 @@ def _first_not_nfc(text: str) -> tuple[int, int]:
 
 
 def tool_findings(tools: Any) -> list[Finding]:
-    """Tools built with different key orders: the serializer's order is not fixed."""
+    """Tools built with different key orders: the serializer's order is not fixed. Only
+    orders the rendered prompt keeps count: vLLM rebuilds each function tool as ``{type,
+    function: {name, description, parameters}}`` in that order (``template_tools``), so
+    the order of those keys never reaches the template; the order inside ``parameters``
+    does."""
     if not isinstance(tools, list) or len(tools) < 2:
         return []
     out: list[Finding] = []
     reference: dict[str, tuple[str, ...]] = {}
-    for index, tool in enumerate(tools):
+    for index, tool in enumerate(template_tools(tools)):
         for path, keys in _key_orders(tool, ""):
             seen = reference.setdefault(path, keys)
             if set(seen) == set(keys) and seen != keys:

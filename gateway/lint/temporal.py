@@ -68,8 +68,10 @@ def iso_datetime(match: re.Match[str], today: dt.date) -> Hit | None:
         value = dt.datetime.fromisoformat(text)
     except ValueError:
         return None
+    # as sure as its date: a time on a date years away (1970-01-01T00:00:00Z, an example's
+    # 2024-01-15 14:30) is as likely fixed text as that date alone
     confidence = date_confidence(value.date(), today)
-    return Hit("timestamp", match.start(), match.end(), max(confidence, 0.6), value.isoformat())
+    return Hit("timestamp", match.start(), match.end(), confidence, value.isoformat())
 
 
 def num_date(match: re.Match[str], today: dt.date) -> Hit | None:

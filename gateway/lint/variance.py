@@ -10,9 +10,17 @@ later text against it:
 2. The middle is cut into atoms (a run of letters or digits, one CJK
    character, a run of spaces, one other character) and aligned with
    ``difflib.SequenceMatcher`` (no junk heuristic).
-3. Reference atoms that some text did not match are marked as varying.
-   Runs of varying atoms are the slots; two slots separated by one space
-   are one slot ("Alice Smith").
+3. Reference atoms that some text did not match are marked as varying, and
+   so are the gaps between reference atoms where some text has atoms the
+   reference lacks (an insertion: "pro" and "enterprise pro"). Runs of
+   varying atoms are the slots; two slots separated by one space are one
+   slot ("Alice Smith"). A gap next to no varying atom is an empty slot of
+   its own (where another text has "enterprise " before "pro", or a space);
+   ``grown`` takes the next word into it, for a value in every text.
+
+The common prefix and suffix end on atom boundaries of both texts: "gold"
+and "golden" share "gold", but differ in one atom, not by an insertion of
+"en" after a "gold" both have.
 
 Memory is bounded: the reference is at most ``max_chars`` characters (text
 beyond it is not learned), and a middle of more than ``max_atoms`` atoms is
@@ -37,6 +45,14 @@ CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 class Atomizer:
     def __init__(self) -> None:
         self._atom = re.compile(rf"[{CJK}]|[^\W_{CJK}]+|\s+|.", re.DOTALL)
+        self._joined = re.compile(rf"[^\W_{CJK}]{{2}}|\s{{2}}")
+
+    def is_boundary(self, text: str, position: int) -> bool:
+        """Whether an atom of ``text`` starts (or ends) at ``position``: no run of letters
+        or digits, nor of spaces, goes on across it."""
+        if position <= 0 or position >= len(text):
+            return True
+        return self._joined.match(text, position - 1, position + 1) is None
 
     def spans(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
         return [m.span() for m in self._atom.finditer(text, start,
@@ -73,6 +89,9 @@ class Variance:
         self.starts = array("l")
         self.ends = array("l")
         self.varying = bytearray()
+        self.inserted = bytearray()
+        """Per gap before reference atom i (and one after the last): some text had atoms
+        there that the reference lacks."""
         self.atomized = False
         self.max_chars = max_chars
         self.max_atoms = max_atoms
@@ -83,6 +102,7 @@ class Variance:
         self.starts = array("l", (a for a, _ in spans))
         self.ends = array("l", (b for _, b in spans))
         self.varying = bytearray(len(spans))
+        self.inserted = bytearray(len(spans) + 1)
         self.atomized = True
 
     def _atom_index(self, char: int) -> int:
@@ -102,10 +122,19 @@ class Variance:
         count = len(self.starts)
         first = self._atom_index(head)
         head = self.starts[first] if first < count else len(ref)
+        if head and not self.atomizer.is_boundary(text, head):
+            # "gold" and "golden": the text's atom goes on past the common prefix, so
+            # the reference atom that ends there is in the middle too (else only "en"
+            # would differ, an insertion after a "gold" both have).
+            first = self._atom_index(head - 1)
+            head = self.starts[first]
         tail = common_suffix(ref, text, head)
         last = self._atom_index(len(ref) - tail) if tail else count
         if last < count and self.starts[last] < len(ref) - tail:
             last += 1  # the tail starts inside an atom: keep that atom in the middle
+        if (last < count and tail
+                and not self.atomizer.is_boundary(text, len(text) - (len(ref) - self.starts[last]))):
+            last += 1  # "4821" and "14821": the same on the text's side
         ref_tail_start = self.starts[last] if last < count else len(ref)
         tail = len(ref) - ref_tail_start
         if len(text) - tail - head > self.max_atoms * 16:
@@ -124,24 +153,37 @@ class Variance:
         return Alignment(text, text_atoms, ref_of, head, tail, ref_tail_start)
 
     def observe(self, text: str) -> Alignment:
-        """Align ``text`` and mark the reference atoms it did not match as varying."""
+        """Align ``text`` and mark the reference atoms it did not match as varying, and the
+        gaps where it has atoms the reference lacks as inserted."""
         alignment = self.align(text)
         self.seen += 1
-        if alignment.tail == len(self.reference) - alignment.head and not alignment.atoms:
+        if (len(alignment.text) == len(self.reference)
+                and alignment.head + alignment.tail == len(self.reference)):
             return alignment  # identical
         first = self._atom_index(alignment.head)
         last = self._atom_index(alignment.ref_tail_start)
-        if not alignment.atoms:  # a middle too long to align: all of it varies
+        if not alignment.atoms:  # a middle too long to align (or empty): all of it varies
             self.varying[first:last] = b"\x01" * max(0, last - first)
+            if last == first and len(alignment.text) != len(self.reference):
+                self.inserted[first] = 1
             return alignment
         matched = {r for r in alignment.ref_of if r >= 0}
         for index in range(first, last):
             if index not in matched:
                 self.varying[index] = 1
+        gap = first  # the reference atom the next text atom would stand before
+        for ref_index in alignment.ref_of:
+            if ref_index >= 0:
+                gap = ref_index + 1
+            else:
+                self.inserted[gap] = 1
         return alignment
 
     def slots(self) -> list[tuple[int, int]]:
-        """Character spans of the reference that vary, whitespace-trimmed and merged."""
+        """Character spans of the reference that vary, whitespace-trimmed and merged (a span
+        of spaces alone where only spaces vary); an empty span where some text has more
+        between two reference atoms."""
+        count = len(self.varying)
         runs: list[list[int]] = []
         for index, flag in enumerate(self.varying):
             if not flag:
@@ -159,35 +201,78 @@ class Variance:
             text = self.reference[start:end]
             stripped = text.strip()
             if not stripped:
+                out.append((start, end))  # only spaces differ: "\n" and "\r\n"
                 continue
             start += len(text) - len(text.lstrip())
             out.append((start, start + len(stripped)))
-        return out
+        for gap, flag in enumerate(self.inserted):
+            if not flag or (gap < count and self.varying[gap]) or (
+                    gap > 0 and self.varying[gap - 1]):
+                continue  # next to a varying atom: that slot holds the insertion
+            at = self.starts[gap] if gap < count else len(self.reference)
+            out.append((at, at))  # "" where another text has "enterprise " (or a space)
+        out.sort()
+        merged: list[tuple[int, int]] = []
+        for start, end in out:
+            if merged and start < merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+            elif not merged or (start, end) != merged[-1]:
+                merged.append((start, end))
+        return merged
 
     def value(self, alignment: Alignment, slot: tuple[int, int]) -> tuple[int, int]:
-        """The span of ``alignment``'s text that stands where the reference has ``slot``."""
+        """The span of ``alignment``'s text that stands where the reference has ``slot``:
+        from the end of the last reference text it matched before the slot to the start of
+        the first it matched after."""
         start, end = slot
         text = alignment.text
-        if end <= alignment.head:
-            return start, end
-        if start >= alignment.ref_tail_start:
-            shift = len(text) - len(self.reference)
-            return start + shift, end + shift
-        before = min(start, alignment.head) if start < alignment.head else alignment.head
-        after = len(text) - alignment.tail
-        for (s, e), ref_index in zip(alignment.atoms, alignment.ref_of):
-            if ref_index < 0:
-                continue
-            ref_start, ref_end = self.starts[ref_index], self.ends[ref_index]
-            if ref_end <= start:
-                before = e
-            elif ref_start >= end:
-                after = s
-                break
+        shift = len(text) - len(self.reference)
+        middle_end = len(text) - alignment.tail
+        if start <= alignment.head:
+            before = start
+        elif start > alignment.ref_tail_start:
+            before = start + shift
+        else:
+            before = alignment.head
+            for (_, e), ref_index in zip(alignment.atoms, alignment.ref_of):
+                if ref_index >= 0 and self.ends[ref_index] <= start:
+                    before = e
+        if end >= alignment.ref_tail_start:
+            after = end + shift
+        elif end < alignment.head:
+            after = end
+        else:
+            after = middle_end
+            for (s, _), ref_index in zip(alignment.atoms, alignment.ref_of):
+                if ref_index >= 0 and self.starts[ref_index] >= end:
+                    after = s
+                    break
         after = max(before, after)
         piece = text[before:after]
+        if not piece.strip() and not self.reference[start:end].strip():
+            return before, after  # spaces where the reference has spaces, or nothing
         lead = len(piece) - len(piece.lstrip())
         return before + lead, before + lead + len(piece.strip())
+
+    def grown(self, slot: tuple[int, int]) -> tuple[int, int]:
+        """``slot`` with the next reference word taken in (the one before, at the end): where
+        some text has nothing in its place ("pro" and "enterprise pro": "enterprise" is
+        missing from one), so that every text shows a value there."""
+        start, end = slot
+        if not self.atomized:
+            return slot
+        count = len(self.starts)
+        index = self._atom_index(end)
+        if index < count and self.starts[index] < end:
+            index += 1
+        while index < count and self.reference[self.starts[index]:self.ends[index]].isspace():
+            index += 1
+        if index < count:
+            return start, self.ends[index]
+        index = self._atom_index(start - 1) if start else -1
+        while index >= 0 and self.reference[self.starts[index]:self.ends[index]].isspace():
+            index -= 1
+        return (self.starts[index], end) if index >= 0 else slot
 
     def is_stable(self, alignment: Alignment, start: int, end: int) -> bool:
         """Whether ``[start, end)`` of the aligned text lies on reference text that never varied."""
@@ -202,5 +287,8 @@ class Variance:
             if any(r < 0 for r in refs) or start < alignment.head or end > len(
                     alignment.text) - alignment.tail:
                 return False
-            return not any(self.varying[r] for r in refs)
-        return not any(self.varying[first:last])
+            if not refs:
+                return True
+            first, last = min(refs), max(refs) + 1
+        # an insertion before one of its atoms varies it too ("pro", "enterprise pro")
+        return not any(self.varying[first:last]) and not any(self.inserted[first:last])

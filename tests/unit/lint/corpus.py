@@ -228,4 +228,14 @@ CORPUS: list[Case] = [case(lang, marked) for lang, marked in [
     ("en", "Open every weekday, Monday to Friday; you have 3 attempts per day."),
     ("ko", "오늘은 [[date:2026년 11월 30일]]입니다. 한국어로 답하세요."),
     ("ko", "2024년 3월 1일에 개정된 이용약관을 따릅니다."),
+    # -- added 2026-12-07: "ago" and a weekday after "today" in German, French, Spanish -------
+    ("de", "Der Nutzer war [[relative_time:vor 3 Minuten]] zuletzt aktiv."),
+    ("fr", "L'utilisateur était actif [[relative_time:il y a 12 minutes]]."),
+    ("es", "El usuario estuvo activo [[relative_time:hace 2 horas]]."),
+    ("de", "Heute ist [[weekday:Montag]]. Antworte auf Deutsch."),
+    ("fr", "Aujourd'hui nous sommes [[weekday:lundi]]. Réponds en français."),
+    ("es", "Hoy es [[weekday:lunes]]. Responde en español."),
+    ("de", "Wir sind von Montag bis Freitag erreichbar; die Firma wurde vor 30 Jahren gegründet."),
+    ("fr", "Ouvert du lundi au vendredi, il y a toujours un conseiller disponible."),
+    ("es", "Abierto de lunes a viernes; la empresa se fundó hace 20 años."),
 ]]

@@ -85,4 +85,5 @@ PEOPLE_CORPUS: list[Case] = [case(lang, marked) for lang, marked in [
     ("ja", "営業時間は平日の九時から十八時までです。"),
     ("ja", "東京駅から新大阪駅までの新幹線について案内してください。"),
     ("ja", "お客様には丁寧な言葉遣いで対応してください。"),
+    ("ja", "営業時間：月曜日〜金曜日 10時〜19時。"),  # no kana: jieba tags 金曜日 a name
 ]]

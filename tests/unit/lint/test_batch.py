@@ -97,12 +97,17 @@ def test_common_prefix_matches_the_tokenizer(batch: BatchLinter, hasher: PromptH
     assert report.reports[0].cacheable_prefix_tokens == common - common % BLOCK
 
 
-def tool(name: str, description: str, reorder: bool = False) -> dict[str, Any]:
-    function = {"name": name, "description": description,
-                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}
+def tool(name: str, description: str, reorder: bool = False,
+         reorder_outer: bool = False) -> dict[str, Any]:
+    """``reorder``: the keys of its parameters in another order (the template writes them
+    out as given); ``reorder_outer``: the function's own keys in another order (vLLM
+    rebuilds those in a fixed order before the template sees them)."""
+    parameters: dict[str, Any] = {"type": "object", "properties": {"q": {"type": "string"}}}
     if reorder:
-        function = {"parameters": function["parameters"], "name": name,
-                    "description": description}
+        parameters = {"properties": parameters["properties"], "type": "object"}
+    function = {"name": name, "description": description, "parameters": parameters}
+    if reorder_outer:
+        function = {"parameters": parameters, "name": name, "description": description}
     return {"type": "function", "function": function}
 
 
@@ -134,3 +139,156 @@ def test_requests_of_different_apps_are_not_compared(batch: BatchLinter) -> None
              for i in range(3)]
     report = batch.lint(bodies + other, BLOCK)
     assert [g.requests for g in report.groups] == [tuple(range(6)), (6, 7, 8)]
+
+
+POLICY = (" You are the support assistant of Northwind Outfitters. Be concise and friendly. "
+          "Never promise refunds outside the 30-day return policy.")
+
+
+def system_requests(*systems: str, model: str = "m") -> list[dict[str, Any]]:
+    return [{"model": model, "messages": [{"role": "system", "content": system},
+                                          {"role": "user", "content": "Hi"}]}
+            for system in systems]
+
+
+@pytest.mark.parametrize("head, one, other", [
+    ("Tier: ", "gold", "golden"),
+    ("Tier: ", "pro", "enterprise pro"),
+    ("Ticket ", "4821", "48213"),
+    ("Customer: ", "Jo Smith", "Joanna Smith"),
+    ("Code ", "A", "AB"),
+])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_a_value_that_extends_another_varies_in_either_order(
+        batch: BatchLinter, head: str, one: str, other: str, reverse: bool) -> None:
+    """"gold" then "golden" is as much a varying span as "golden" then "gold": the span
+    where they start to differ, both values, a warning in each request."""
+    values = [other, one] if reverse else [one, other]
+    report = batch.lint(system_requests(*(f"{head}{v}." + POLICY for v in values)), BLOCK)
+    (group,) = report.groups
+    assert group.cacheable_common_prefix_tokens == 0
+    (span,) = group.varying
+    assert (span.path, span.start, span.end) == ("messages[0].content", len(head),
+                                                 len(head) + len(values[0]))
+    assert span.examples == tuple(values) and span.distinct == 2
+    assert span.token_start is not None and span.token_start <= group.common_prefix_tokens
+    for request, value in zip(report.reports, values):
+        warned = [(f.start, f.end, f.text) for f in request.findings if f.severity == "warning"]
+        assert warned == [(len(head), len(head) + len(value), value)]
+        assert request.cacheable_prefix_tokens == 0
+    assert report.warnings == 2
+
+
+@pytest.mark.parametrize("order", [(0, 1, 2), (1, 0, 2), (2, 1, 0), (1, 2, 0)])
+def test_every_distinct_value_is_counted(batch: BatchLinter, order: tuple[int, int, int]) -> None:
+    values = [["12", "120", "3"][i] for i in order]
+    report = batch.lint(system_requests(*(f"You have {v} unread messages." + POLICY
+                                          for v in values)), BLOCK)
+    (span,) = report.groups[0].varying
+    assert span.kind == "counter" and span.distinct == 3 and span.examples == tuple(values)
+    for request, value in zip(report.reports, values):
+        assert [f.text for f in request.findings if f.severity == "warning"] == [value]
+
+
+def test_text_inserted_between_words_varies(batch: BatchLinter) -> None:
+    texts = ["Hello world." + POLICY, "Hello big world." + POLICY]
+    for ordered in (texts, texts[::-1]):
+        group = batch.lint(system_requests(*ordered), BLOCK).groups[0]
+        assert [v.examples for v in group.varying] == [tuple(
+            "big world" if "big" in t else "world" for t in ordered)]
+        assert group.varying[0].start == 6
+
+
+@pytest.mark.parametrize("clean, odd, at, chars", [
+    ("Tier: gold. Customer", "Tier: gold . Customer", 10, " "),
+    ("Tier: gold. Customer", "Tier: gold\u00a0. Customer", 10, "\u00a0"),
+    ("Tier: gold. Customer", "Tier: gold\u200b. Customer", 10, "\u200b"),
+])
+def test_an_invisible_character_inserted_before_a_word_or_a_stop(
+        batch: BatchLinter, clean: str, odd: str, at: int, chars: str) -> None:
+    """Inserted where the clean text has no space at all: still found (it was lost when the
+    span was taken to be the "." after it, stripped of spaces on both sides)."""
+    for systems, odd_index in (([clean + POLICY, odd + POLICY], 1),
+                               ([odd + POLICY, clean + POLICY], 0)):
+        group = batch.lint(system_requests(*systems), BLOCK).groups[0]
+        (finding,) = group.findings
+        assert (finding.kind, finding.request, finding.start, finding.end, finding.text) == (
+            "unicode", odd_index, at, at + len(chars), chars)
+
+
+INVISIBLE = [  # (clean, odd, the odd characters, where they start in the odd text)
+    ("Northwind's support", "Northwind's\u200bsupport", "\u200b", 11),
+    ("Northwind's support", "Northwind's support\u200b assistant"[:-10], "\u200b", 19),
+    ("Rules:\nBe brief.", "Rules:\r\nBe brief.", "\r\n", 6),
+    ("assistant. Be brief.", "assistant.\r\nBe brief.", "\r\n", 10),
+    ("assistant. Be brief.", "assistant.\u00a0Be brief.", "\u00a0", 10),
+    ("assistant. Be brief.", "assistant.  Be brief.", "  ", 10),
+]
+
+
+@pytest.mark.parametrize("clean, odd, chars, at", INVISIBLE)
+@pytest.mark.parametrize("odd_first", [False, True])
+def test_invisible_differences_are_found_in_either_order(
+        batch: BatchLinter, clean: str, odd: str, chars: str, at: int, odd_first: bool) -> None:
+    """An invisible difference is a `unicode` warning at the request and place that carry the
+    odd characters, shown escaped, whichever request comes first; it is no varying text."""
+    systems = [odd + POLICY, clean + POLICY] if odd_first else [clean + POLICY, odd + POLICY]
+    odd_index = 0 if odd_first else 1
+    report = batch.lint(system_requests(*systems), BLOCK)
+    (group,) = report.groups
+    assert group.varying == ()
+    (finding,) = group.findings
+    assert (finding.kind, finding.severity, finding.request) == ("unicode", "warning", odd_index)
+    assert (finding.path, finding.start, finding.end, finding.text) == (
+        "messages[0].content", at, at + len(chars), chars)
+    assert repr(chars) in finding.detail and finding.token_start is not None
+    odd_report, clean_report = report.reports[odd_index], report.reports[1 - odd_index]
+    warned = [f for f in odd_report.findings if f.severity == "warning"]
+    assert [(f.kind, f.start, f.end, f.text) for f in warned] == [("unicode", at, at + len(chars),
+                                                                   chars)]
+    assert odd_report.cacheable_prefix_tokens <= group.common_prefix_tokens
+    assert clean_report.warnings == 0
+    assert report.warnings == 2
+
+
+def test_a_trailing_space_is_found_at_the_request_that_has_it(batch: BatchLinter) -> None:
+    text = "You are Northwind's support assistant. Never promise refunds."
+    for odd_first in (False, True):
+        systems = [text + " ", text] if odd_first else [text, text + " "]
+        group = batch.lint(system_requests(*systems), BLOCK).groups[0]
+        (finding,) = group.findings
+        assert (finding.kind, finding.request, finding.start, finding.end, finding.text) == (
+            "unicode", 0 if odd_first else 1, len(text), len(text) + 1, " ")
+        assert finding.suggestion.startswith("Strip trailing spaces")
+
+
+def test_requests_of_different_models_are_not_compared(batch: BatchLinter) -> None:
+    bodies = (system_requests("You are Northwind's support assistant." + POLICY, model="m1")
+              + system_requests("You are a coding agent. Use the tools. Always run the tests "
+                                "before you finish.", model="m2")
+              + system_requests("You are Northwind's support assistant." + POLICY, model="m1"))
+    report = batch.lint(bodies, BLOCK)
+    assert [g.requests for g in report.groups] == [(0, 2), (1,)]
+    assert all(g.varying == () and g.findings == () for g in report.groups)
+    assert report.warnings == 0
+
+
+def test_a_function_tools_own_key_order_is_not_unstable_json(batch: BatchLinter) -> None:
+    """vLLM rebuilds {type, function: {name, description, parameters}} in that order before
+    the template renders it: those keys' order never reaches the prompt. The order inside
+    parameters does, and is still a warning."""
+    system = "You are a research assistant. Cite sources. " * 4
+
+    def bodies(**reorder: bool) -> list[dict[str, Any]]:
+        return [{"model": "m", "messages": [{"role": "system", "content": system},
+                                            {"role": "user", "content": f"topic {i}"}],
+                 "tools": [tool("search", "Search the web.", **(reorder if i else {})),
+                           tool("fetch", "Fetch a page.")]} for i in range(2)]
+
+    report = batch.lint(bodies(reorder_outer=True), BLOCK)
+    assert report.groups[0].findings == () and report.warnings == 0
+    assert not any(f.kind == "unstable_json" for r in report.reports for f in r.findings)
+    report = batch.lint(bodies(reorder=True), BLOCK)
+    (finding,) = report.groups[0].findings
+    assert (finding.kind, finding.path, finding.severity) == ("unstable_json", "tools[0]",
+                                                              "warning")

@@ -73,6 +73,45 @@ def test_dates_far_from_now_are_less_certain(detector: Detector) -> None:
     assert today.confidence > 0.9 and old.confidence < 0.5
 
 
+@pytest.mark.parametrize("text, value", [
+    ("Unix time 0 is 1970-01-01T00:00:00Z.", "1970-01-01T00:00:00Z"),
+    ("Answer in ISO 8601, e.g. 2024-01-15 14:30.", "2024-01-15 14:30"),
+    ("The old system went live on March 3, 2021 at 10:30.", "March 3, 2021 at 10:30"),
+])
+def test_a_date_and_time_years_away_is_as_uncertain_as_the_date(
+        detector: Detector, text: str, value: str) -> None:
+    (hit,) = detector.scan(text, NOW)
+    assert (hit.kind, text[hit.start:hit.end]) == ("timestamp", value)
+    assert hit.confidence < 0.5
+    for near in ("Sent at 2026-11-30T15:25:07Z.", "Sent on November 30, 2026 at 15:25."):
+        assert detector.scan(near, NOW)[0].confidence >= 0.9
+    assert detector.scan("Current time: 2019-01-01 10:00", NOW)[0].confidence >= 0.9  # cued
+
+
+@pytest.mark.parametrize("text, found", [
+    ("Der Nutzer war vor 3 Minuten aktiv.", ("relative_time", "vor 3 Minuten")),
+    ("L'utilisateur était actif il y a 3 minutes.", ("relative_time", "il y a 3 minutes")),
+    ("El usuario estuvo activo hace 3 minutos.", ("relative_time", "hace 3 minutos")),
+    ("Heute ist Montag.", ("weekday", "Montag")),
+    ("Aujourd'hui nous sommes lundi.", ("weekday", "lundi")),
+    ("Aujourd’hui, c’est mardi.", ("weekday", "mardi")),
+    ("Hoy es lunes.", ("weekday", "lunes")),
+])
+def test_relative_times_and_todays_weekday_in_german_french_spanish(
+        detector: Detector, text: str, found: tuple[str, str]) -> None:
+    assert spans(detector, text) == [found]
+    assert detector.scan(text, NOW)[0].confidence >= 0.9
+
+
+@pytest.mark.parametrize("text", [
+    "Öffnungszeiten: Montag bis Freitag.",
+    "Abierto de lunes a viernes.",
+    "Die Firma wurde vor 30 Jahren gegründet.",
+])
+def test_weekday_ranges_and_years_ago_are_left_alone(detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
+
+
 def test_versions_ranges_and_hotlines_are_left_alone(detector: Detector) -> None:
     for text in ("Python 3.10.12 and Ubuntu 22.04", "Open 9:00-17:00 daily", "Call 1-800-555-0199",
                  "Commit 9fceb02d0ae598e95dc970b74767f19372d61af8", "release v2024.11.30",

@@ -262,3 +262,41 @@ def test_sarif_quotes_no_prompt_text_unless_asked_and_lists_what_it_could_not_li
     assert "2026-11-30" in " ".join(r["message"]["text"] for r in run_["results"])
     assert run_["invocations"] == [{"executionSuccessful": True,
                                     "toolExecutionNotifications": []}]
+
+
+def _two_systems(first: str, second: str) -> str:
+    policy = (" You are the support assistant of Northwind Outfitters. Be concise and friendly. "
+              "Never promise refunds outside the 30-day return policy.")
+    return json.dumps({"requests": [
+        {"model": "m", "messages": [{"role": "system", "content": text + policy},
+                                    {"role": "user", "content": "Hi"}]}
+        for text in (first, second)]}, indent=1)
+
+
+def test_a_value_extending_another_is_a_warning(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = run(tmp_path, capsys, _two_systems("Tier: gold.", "Tier: golden."))
+    assert code == 1
+    assert "varies   text       messages[0].content:6-10  token 5  2 values: 'gold', 'golden'" in out
+    assert "request 0: 47 prompt tokens; cacheable prefix 0 tokens" in out
+    assert "nothing breaks prefix caching" not in out
+
+
+def test_an_invisible_difference_is_placed_at_the_request_that_has_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    content = _two_systems("Rules:\nBe brief.", "Rules:\r\nBe brief.")
+    code, out = run(tmp_path, capsys, content, "--json")
+    assert code == 1
+    report = json.loads(out)
+    (finding,) = report["groups"][0]["findings"]
+    assert finding["kind"] == "unicode" and finding["request"] == 1
+    assert (finding["start"], finding["end"], finding["text"]) == (6, 8, "\r\n")
+    assert "'\\r\\n' (CR, LF)" in finding["detail"] and "'\\n' (LF)" in finding["detail"]
+    line = content.splitlines().index(next(x for x in content.splitlines() if "\\r\\n" in x))
+    assert finding["location"]["line"] == line + 1
+    assert finding["token_start"] is not None
+    (own,) = [f for f in report["requests"][1]["findings"] if f["severity"] == "warning"]
+    assert (own["kind"], own["start"], own["end"]) == ("unicode", 6, 8)
+    assert report["requests"][0]["warnings"] == 0
+    code, out = run(tmp_path, capsys, content)
+    assert "warning  unicode          messages[0].content:6-8  token 4  '\\r\\n'" in out

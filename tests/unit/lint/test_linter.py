@@ -102,10 +102,16 @@ def test_unique_cache_salt_means_nothing_is_reusable(linter: Linter) -> None:
 
 
 def test_invisible_unicode_and_tool_key_order(linter: Linter) -> None:
+    # the function's own keys in another order reach no prompt (vLLM rebuilds them in a
+    # fixed order); its parameters' keys in another order do
     tools = [{"type": "function", "function": {"name": "a", "description": "x",
-                                               "parameters": {"type": "object"}}},
-             {"function": {"parameters": {"type": "object"}, "name": "b", "description": "y"},
-              "type": "function"}]
+                                               "parameters": {"type": "object",
+                                                              "required": []}}},
+             {"function": {"parameters": {"type": "object", "required": []}, "name": "b",
+                           "description": "y"}, "type": "function"},
+             {"type": "function", "function": {"name": "c", "description": "z",
+                                               "parameters": {"required": [],
+                                                              "type": "object"}}}]
     body = {"messages": [{"role": "system",
                           "content": "\ufeffRules:\r\nBe\u00a0kind. \nNo\u200bspam. Cafe\u0301."},
                          {"role": "user", "content": "hi"}], "tools": tools}
@@ -116,7 +122,7 @@ def test_invisible_unicode_and_tool_key_order(linter: Linter) -> None:
             "text is not in NFC"} <= problems
     assert all(f.severity == "info" for f in report.findings if f.kind == "unicode")
     unstable = [f for f in report.findings if f.kind == "unstable_json"]
-    assert [f.path for f in unstable] == ["tools[1]"]
+    assert [f.path for f in unstable] == ["tools[2].function.parameters"]
 
 
 def test_short_stable_prefix_is_reported(linter: Linter) -> None:
@@ -220,3 +226,26 @@ def test_a_late_developer_message_is_found_where_vllm_puts_it(
     assert "first message" in moved.suggestion
     first = {**body, "messages": [note, *body["messages"]]}  # fixed, in front: no finding
     assert not any(f.kind == "moved_to_front" for f in linter.lint(first, BLOCK).findings)
+
+
+def test_a_timestamp_years_away_is_info_like_a_date_years_away(linter: Linter) -> None:
+    system = ("Unix time 0 is 1970-01-01T00:00:00Z. Answer dates in ISO 8601, e.g. "
+              "2024-01-15 14:30. You are the support assistant of Northwind Outfitters. "
+              "Be concise and friendly.")
+    report = linter.lint(chat(system=system, tools=[]), BLOCK)
+    found = [(f.kind, f.text, f.severity) for f in report.findings if f.kind == "timestamp"]
+    assert found == [("timestamp", "1970-01-01T00:00:00Z", "info"),
+                     ("timestamp", "2024-01-15 14:30", "info")]
+    assert report.cacheable_prefix_tokens == report.cacheable_prefix_tokens_if_fixed
+
+
+def test_german_french_spanish_ago_and_todays_weekday_are_warnings(linter: Linter) -> None:
+    system = ("Der Nutzer war vor 3 Minuten aktiv. L'utilisateur était actif il y a 3 minutes. "
+              "El usuario estuvo activo hace 3 minutos. Heute ist Montag. Aujourd'hui nous "
+              "sommes lundi. Hoy es lunes. You are the support assistant of Northwind.")
+    report = linter.lint(chat(system=system, tools=[]), BLOCK)
+    found = [(f.kind, f.text) for f in report.findings if f.severity == "warning"]
+    assert found == [("relative_time", "vor 3 Minuten"), ("relative_time", "il y a 3 minutes"),
+                     ("relative_time", "hace 3 minutos"), ("weekday", "Montag"),
+                     ("weekday", "lundi"), ("weekday", "lunes")]
+    assert report.cacheable_prefix_tokens < report.cacheable_prefix_tokens_if_fixed

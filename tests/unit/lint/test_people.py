@@ -132,3 +132,16 @@ def test_a_varying_chinese_name_is_one_span(linter: Linter) -> None:
     [group] = BatchLinter(linter, Atomizer()).lint(bodies, 16).groups
     [span] = group.varying
     assert span.kind == "name" and span.examples == ("王小明", "李明华", "张丽")
+
+
+@pytest.mark.parametrize("system", [
+    "営業時間：月曜日〜金曜日 10時〜19時。",
+    "定休日：土曜日、日曜日。水曜日は短縮営業。",
+])
+def test_a_japanese_weekday_without_kana_is_no_name(linter: Linter, system: str) -> None:
+    """Kanji-only Japanese reads as Chinese, and jieba tags 金曜日 (Friday: 金 is a surname)
+    a person; a weekday is never a name."""
+    report = linter.lint(chat(system + " You are the support assistant of Northwind "
+                              "Outfitters. Be concise and friendly."), 16)
+    assert [f for f in report.findings if f.kind == "name"] == []
+    assert report.warnings == 0
