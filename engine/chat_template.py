@@ -285,8 +285,9 @@ class ChatTemplates:
                 raise ChatTemplateError("continue_final_message is set but there is no message")
             final = _open_final(chat, text)
         template = self.compiled(text)
-        context = dict(messages=chat, tools=list(tools) if tools is not None else None,
-                       documents=None, add_generation_prompt=add_generation_prompt, **variables)
+        context = {"documents": None, **variables, "messages": chat,
+                   "tools": list(tools) if tools is not None else None,
+                   "add_generation_prompt": add_generation_prompt}
         try:
             if continue_final_message or self.shapes is None:
                 rendered = template.render(context)

@@ -185,6 +185,32 @@ def template_tools(tools: Any) -> Any:
     return out
 
 
+SET_BY_THE_REQUEST = frozenset({"messages", "tools", "add_generation_prompt",
+                                "continue_final_message"})
+"""Template variables vLLM takes from the request's own fields, whatever
+``chat_template_kwargs`` says."""
+
+
+def template_kwargs(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The variables vLLM 0.32 hands a chat template beside the messages and tools
+    (``ChatCompletionRequest.build_chat_params``): ``chat_template_kwargs``, then the
+    request's ``documents`` and ``reasoning_effort`` over them when set, and, when
+    ``reasoning_effort`` is set and ``enable_thinking`` is not, ``enable_thinking``
+    (false for ``"none"``): a Qwen3 template then closes its think block."""
+    given = request.get("chat_template_kwargs") or {}
+    if not isinstance(given, Mapping):
+        raise RenderError("chat_template_kwargs must be an object")
+    kwargs = {k: v for k, v in given.items() if k not in SET_BY_THE_REQUEST}
+    for name in ("documents", "reasoning_effort"):
+        value = request.get(name)
+        if value is not None and value != "auto":
+            kwargs[name] = value
+    effort = request.get("reasoning_effort")
+    if effort is not None and "enable_thinking" not in given:
+        kwargs["enable_thinking"] = effort != "none"
+    return kwargs
+
+
 def openai_parts(content: Any) -> list[dict[str, str]]:
     """vLLM's "openai" content format (``engine.content_format``): the text parts, each
     as ``{"type": "text", "text": ...}`` (a ``tool_reference`` as itself, for the
@@ -391,7 +417,7 @@ class HFRenderer:
     def render_chat(self, request: Mapping[str, Any]) -> str:
         request = self.as_vllm_reads(request)
         try:  # anything a request body holds that the template cannot take is a RenderError
-            kwargs: dict[str, Any] = dict(request.get("chat_template_kwargs") or {})
+            kwargs = template_kwargs(request)
             tools = template_tools(request.get("tools")) or None
             continue_final = bool(request.get("continue_final_message", False))
             add_generation_prompt = bool(request.get("add_generation_prompt", not continue_final))

@@ -51,7 +51,8 @@ from policies.lru import LRU
 
 log = logging.getLogger("prefixgate.prefix")
 
-RENDER_FIELDS = ("tools", "chat_template", "chat_template_kwargs", "documents", "cache_salt")
+RENDER_FIELDS = ("tools", "chat_template", "chat_template_kwargs", "documents",
+                 "reasoning_effort", "cache_salt")
 """Request fields besides ``messages`` that change the rendered prompt or its hashes."""
 
 _hash = xxhash.xxh3_64_intdigest

@@ -114,8 +114,11 @@ class RenderPlan:
     cut: bool = False
     """Routing analyses only the leading part of this prompt (the routing bounds)."""
     keep_tokens: int | None = None
-    """The request's ``truncate_prompt_tokens``: vLLM keeps only the prompt's last this
-    many tokens (it truncates a generation prompt on the left)."""
+    """The request's ``truncate_prompt_tokens``: vLLM keeps only this many of the prompt's
+    tokens, its last ones (a generation prompt's default), or its first with
+    ``truncation_side: "right"``."""
+    keep_first: bool = False
+    """``truncation_side: "right"``: the kept tokens are the prompt's first."""
 
 
 OFFLOAD_CHARS = 8192
@@ -225,6 +228,7 @@ class PromptHasher:
                 plan.max_units = limits.max_routed_tokens * plan.units
             if plan is not None:
                 plan.keep_tokens = keep_tokens(body)
+                plan.keep_first = body.get("truncation_side") == "right"
             return plan
         except Unanalysed as exc:
             self.fell_back(exc.reason)
@@ -396,10 +400,15 @@ class PromptHasher:
         """``result``, or, when vLLM will cut the prompt's start (``truncate_prompt_tokens``
         below its length, or a length routing did not read to the end), a request with no
         blocks to match (routed by load; the ``truncated`` fallback): the blocks vLLM
-        caches then start wherever the cut falls, not at the prompt's start."""
+        caches then start wherever the cut falls, not at the prompt's start. Cut at its
+        end instead (``truncation_side: "right"``), it keeps the blocks before the cut."""
         keep = plan.keep_tokens
         if keep is None or (not plan.cut and result.prompt_tokens <= keep):
             return result
+        if plan.keep_first:  # the prompt's start is kept: its blocks, up to the cut
+            return RouteRequest(result.model, result.block_hashes[:keep // result.block_size],
+                                keep, result.block_size, result.session_key,
+                                result.request_id)
         self.fell_back("truncated")
         return RouteRequest(result.model, (), min(result.prompt_tokens, keep),
                             result.block_size, result.session_key, result.request_id)

@@ -60,6 +60,9 @@ def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | N
         if not messages:
             return None
         chat = {"messages": messages, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
+        reasoning = body.get("reasoning")
+        if isinstance(reasoning, dict) and reasoning.get("effort") is not None:
+            chat["reasoning_effort"] = reasoning["effort"]  # what vLLM hands the template
         tools = responses_tools(body.get("tools"))
         if tools:
             chat["tools"] = tools
@@ -109,7 +112,23 @@ def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     for field in _CHAT_FIELDS:
         if field in body:
             chat[field] = body[field]
+    effort = _anthropic_effort(body)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
     return "chat", chat
+
+
+def _anthropic_effort(body: dict[str, Any]) -> Any:
+    """The ``reasoning_effort`` vLLM 0.32 renders an Anthropic request with: its
+    ``output_config.effort``, or ``"none"`` under ``thinking: {"type": "disabled"}`` (vLLM
+    uses ``"low"`` instead for a template that renders ``"none"`` as it renders an
+    effort, which the gateway does not probe for)."""
+    output = body.get("output_config")
+    effort = output.get("effort") if isinstance(output, dict) else None
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        effort = "none"
+    return effort
 
 
 def _is_chat(messages: Any) -> bool:

@@ -58,3 +58,12 @@ def test_the_hasher_routes_a_cut_prompt_on_nothing(qwen: HFRenderer) -> None:
     completion = hasher.describe("m", {"prompt": "Tickets and fares. " * 40,
                                        "truncate_prompt_tokens": 8}, "completions", 16)
     assert completion.block_hashes == () and hasher.fallbacks["truncated"] == 2
+
+
+def test_a_prompt_cut_at_its_end_keeps_the_blocks_before_the_cut(qwen: HFRenderer) -> None:
+    hasher = PromptHasher(qwen)
+    whole = hasher.describe("m", _asking(1), "chat", 16)
+    kept = hasher.describe("m", _asking(1, truncate_prompt_tokens=40, truncation_side="right"),
+                           "chat", 16)
+    assert kept.block_hashes == whole.block_hashes[:2] and kept.prompt_tokens == 40
+    assert "truncated" not in hasher.fallbacks

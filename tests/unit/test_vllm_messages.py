@@ -12,6 +12,7 @@ from engine.content_format import content_format
 from engine.tokenizer import HFRenderer, conversation
 from gateway.prompt.bounds import ModelTemplate
 from gateway.prompt.render import PromptHasher
+from gateway.request.prompt_shapes import prompt_of
 
 from ..chat_corpus import PARTS_TEMPLATE
 from .test_incremental_render import expected_hashes
@@ -176,3 +177,52 @@ def test_a_parts_template_gets_thinking_as_a_text_part(qwen_dir: str) -> None:
         {"type": "thinking", "thinking": " t "}, {"type": "text", "text": None},
         {"type": "input_text", "text": " u "}]}]}
     assert renderer.render_chat(chat).startswith("<|im_start|>user\ntu<|im_end|>")
+
+
+def test_the_template_gets_the_variables_vllm_hands_it(qwen: HFRenderer) -> None:
+    """vLLM 0.32 (``build_chat_params``): the request's ``reasoning_effort`` and
+    ``documents`` over its ``chat_template_kwargs``, ``enable_thinking`` false for
+    ``"none"`` unless the client set it, and the request's own ``add_generation_prompt``
+    whatever the kwargs say (checked against a real vLLM's prompt_logprobs)."""
+    chat = {"messages": [{"role": "system", "content": "Be brief."},
+                         {"role": "user", "content": "Hi"}]}
+    plain = qwen.render_chat(chat)
+    closed = plain + "<think>\n\n</think>\n\n"  # Qwen3's template without thinking
+    assert qwen.render_chat({**chat, "reasoning_effort": "none"}) == closed
+    assert qwen.render_chat({**chat, "reasoning_effort": "low"}) == plain
+    assert qwen.render_chat({**chat, "reasoning_effort": "none",
+                             "chat_template_kwargs": {"enable_thinking": True}}) == plain
+    assert qwen.render_chat({**chat, "chat_template_kwargs": {
+        "add_generation_prompt": False}}) == plain
+    hasher = PromptHasher(ModelTemplate(qwen))
+    assert hashes(hasher, chat["messages"]) != list(hasher.describe(
+        "m", {**chat, "reasoning_effort": "none"}, "chat", 4).block_hashes)
+
+
+DOCUMENTS_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% for d in documents or [] %}[{{ d.title }}] {{ d.text }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_documents_reach_the_template(qwen_dir: str) -> None:
+    renderer = HFRenderer(qwen_dir, chat_template=DOCUMENTS_TEMPLATE)
+    chat = {"messages": [{"role": "user", "content": "Sum up."}]}
+    docs = [{"title": "A", "text": "alpha"}]
+    expected = "<|im_start|>user\nSum up.<|im_end|>\n[A] alpha\n<|im_start|>assistant\n"
+    assert renderer.render_chat({**chat, "documents": docs}) == expected
+    assert renderer.render_chat({**chat, "chat_template_kwargs": {"documents": docs}}) == expected
+
+
+def test_responses_and_messages_efforts_render_as_vllm_renders_them(qwen: HFRenderer) -> None:
+    closed = "<think>\n\n</think>\n\n"
+    cases = [("responses", {"input": "Hi", "reasoning": {"effort": "none"}}, True),
+             ("responses", {"input": "Hi", "reasoning": {"effort": "low"}}, False),
+             ("messages", {"messages": [{"role": "user", "content": "Hi"}],
+                           "thinking": {"type": "disabled"}}, True),
+             ("messages", {"messages": [{"role": "user", "content": "Hi"}],
+                           "output_config": {"effort": "high"}}, False)]
+    for kind, body, without_thinking in cases:
+        shaped = prompt_of(kind, body)
+        assert shaped is not None
+        assert qwen.render_chat(shaped[1]).endswith(closed) is without_thinking, body
