@@ -216,7 +216,8 @@ def test_documents_reach_the_template(qwen_dir: str) -> None:
 
 def test_responses_and_messages_efforts_render_as_vllm_renders_them(qwen: HFRenderer) -> None:
     closed = "<think>\n\n</think>\n\n"
-    cases = [("responses", {"input": "Hi", "reasoning": {"effort": "none"}}, True),
+    cases: list[tuple[str, dict[str, Any], bool]] = [
+             ("responses", {"input": "Hi", "reasoning": {"effort": "none"}}, True),
              ("responses", {"input": "Hi", "reasoning": {"effort": "low"}}, False),
              ("messages", {"messages": [{"role": "user", "content": "Hi"}],
                            "thinking": {"type": "disabled"}}, True),
