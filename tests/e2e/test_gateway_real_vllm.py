@@ -8,8 +8,10 @@ kills and restarts a replica.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +19,7 @@ import openai
 import pytest
 
 from engine.pool.scrape import parse_vllm_metrics
-from engine.tokenizer import HFRenderer
+from engine.tokenizer import HFRenderer, bundled_qwen_tokenizer_dir
 from engine.vllm.local import LocalReplica, VllmCpuSetup
 from gateway.prompt.bounds import ModelTemplate
 from gateway.prompt.render import PromptHasher
@@ -424,3 +426,57 @@ def test_killed_replica_fails_over_then_rejoins(real_gateway: GatewayProcess,
         model=MODEL, messages=[{"role": "user", "content": f"back {i}"}],
         max_tokens=2).headers["x-prefixgate-replica"] for i in range(6)}
     assert victim.info.replica_id in served
+
+
+QWEN3_TEMPLATE = json.loads((Path(bundled_qwen_tokenizer_dir() or ".") / "tokenizer_config.json")
+                            .read_text())["chat_template"]
+DOCUMENTS_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% for d in documents or [] %}[{{ d.title }}] {{ d.text }}\n{% endfor %}"
+    "{% if reasoning_effort %}effort: {{ reasoning_effort }}\n{% endif %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+_CHAT = [{"role": "system", "content": "Answer in one short sentence."},
+         {"role": "user", "content": "Where is the station?"}]
+
+
+@pytest.mark.parametrize(("template", "fields"), [
+    (QWEN3_TEMPLATE, {"reasoning_effort": "none"}),
+    (QWEN3_TEMPLATE, {"reasoning_effort": "high"}),
+    (QWEN3_TEMPLATE, {"reasoning_effort": "none", "chat_template_kwargs": {"enable_thinking": True}}),
+    (QWEN3_TEMPLATE, {"chat_template_kwargs": {"enable_thinking": False,
+                                               "add_generation_prompt": False}}),
+    (DOCUMENTS_TEMPLATE, {"documents": [{"title": "A", "text": "alpha"}], "reasoning_effort": "low"}),
+    (DOCUMENTS_TEMPLATE, {"chat_template_kwargs": {"documents": [{"title": "K", "text": "kw"}]}}),
+], ids=["effort-none", "effort-high", "thinking-kept", "kwargs", "documents", "kwargs-documents"])
+def test_the_variables_vllm_hands_a_template_render_the_same(
+        vllm_pair: list[LocalReplica], template: str, fields: dict[str, Any]) -> None:
+    """``reasoning_effort``, ``documents`` and ``chat_template_kwargs`` reach the template
+    as vLLM hands them (its render route, the request's own template)."""
+    body = {"messages": _CHAT, "chat_template": template, **fields}
+    ours = PromptHasher(HFRenderer(str(model_dir()), chat_template=template)).token_ids(
+        MODEL, {k: v for k, v in body.items() if k != "chat_template"}, "chat")
+    theirs = httpx.post(vllm_pair[0].info.base_url + "/v1/chat/completions/render",
+                        json={"model": MODEL, **body}, timeout=60)
+    assert theirs.status_code == 200, theirs.text
+    assert ours == theirs.json()["token_ids"]
+
+
+def test_truncate_prompt_tokens_keeps_the_ends_routing_assumes(
+        vllm_pair: list[LocalReplica]) -> None:
+    """vLLM keeps a prompt's last N tokens (its first with ``truncation_side: "right"``):
+    the gateway routes the first by load and the second on the blocks before the cut."""
+    hasher = PromptHasher(HFRenderer(str(model_dir())))
+    body = {"messages": [{"role": "system", "content": "Timetables and fares. " * 20},
+                        {"role": "user", "content": "Is the 9:00 ferry full?"}]}
+    ids = hasher.token_ids(MODEL, body, "chat")
+    url = vllm_pair[0].info.base_url + "/v1/chat/completions/render"
+    for side, kept in (("left", ids[-40:]), ("right", ids[:40])):
+        theirs = httpx.post(url, json={"model": MODEL, **body, "truncate_prompt_tokens": 40,
+                                       "truncation_side": side}, timeout=60)
+        assert theirs.status_code == 200, theirs.text
+        assert theirs.json()["token_ids"] == kept
+    routed = hasher.describe(MODEL, {**body, "truncate_prompt_tokens": 40,
+                                     "truncation_side": "right"}, "chat", 32)
+    assert routed.block_hashes == hasher.describe(MODEL, body, "chat", 32).block_hashes[:1]
+    assert hasher.describe(MODEL, {**body, "truncate_prompt_tokens": 40}, "chat",
+                           32).block_hashes == ()
