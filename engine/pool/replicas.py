@@ -535,6 +535,22 @@ class ReplicaPool:
                 return root
         return None
 
+    def model_parent(self, model: str) -> str | None:
+        """The served model a LoRA adapter belongs to (its card's ``parent``, as vLLM lists
+        an adapter: ``--lora-modules`` or one loaded at run time); None for a base model."""
+        for replica in self._replicas.values():
+            card = replica.model_cards.get(model)
+            if card is not None:
+                parent = card.get("parent")
+                return parent if isinstance(parent, str) and parent != model else None
+        return None
+
+    def tokenizer_root(self, model: str) -> str | None:
+        """Where ``model``'s tokenizer and chat template are: its root, or for a LoRA
+        adapter its base model's (vLLM renders an adapter's requests with those)."""
+        parent = self.model_parent(model)
+        return self.model_root(parent if parent is not None else model)
+
     def model_cards(self) -> list[dict[str, object]]:
         """The ``/v1/models`` entries of the healthy replicas, one per model id (the
         first replica's), in replica order; a model a replica serves without listing

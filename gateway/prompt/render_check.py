@@ -168,7 +168,7 @@ class RenderChecker:
     async def _check(self, model: str, replica_id: str) -> None:
         from gateway.prompt.hashers import TokenizerConfigError
         try:
-            await self.hashers.discover([model], self.pool.model_root)
+            await self.hashers.discover([model], self.pool.tokenizer_root)
         except TokenizerConfigError:
             return  # said at start-up
         if not self.hashers.has_tokenizer(model):

@@ -56,8 +56,10 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
     known = pool.known_models()
     if requested is not None and requested in known:
         return requested
-    if requested is None and (len(known) == 1 or _aliases(pool, known)):
-        return known[0]  # vLLM's default: its first served name
+    if requested is None:
+        base = [name for name in known if pool.model_parent(name) is None]  # not adapters
+        if len(base) == 1 or _aliases(pool, base):
+            return base[0]  # vLLM's default: its first served name
     silent = [replica for replica in pool if not replica.models]
     if silent and (requested is not None or not known):
         names = ", ".join(f"{r.id} ({r.spec.url})" for r in silent[:5])
@@ -67,19 +69,19 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
             headers={"retry-after": str(retry_after)})
     if requested is None:
         raise InvalidRequest("model: field required", param="model")
+    base = [name for name in known if pool.model_parent(name) is None]  # vLLM names these
     raise ModelNotFound(f"The model `{requested}` does not exist. "
-                        f"Valid aliases: {', '.join(known)}.", param="model")
+                        f"Valid aliases: {', '.join(base)}.", param="model")
 
 
-def _aliases(pool: ReplicaPool, known: list[str]) -> bool:
-    """Whether the served names are one model's (``--served-model-name a b``): every
-    replica serves all of them, and they report one root."""
-    if not known:
+def _aliases(pool: ReplicaPool, names: list[str]) -> bool:
+    """Whether the served base models' names are one model's (``--served-model-name a
+    b``): every replica serves all of them, and they report one root."""
+    if not names:
         return False
-    names = set(known)
-    roots = {pool.model_root(name) for name in known}
+    roots = {pool.model_root(name) for name in names}
     return len(roots) == 1 and None not in roots and all(
-        set(replica.models) == names for replica in pool if replica.models)
+        set(names) <= set(replica.models) for replica in pool if replica.models)
 
 
 def _new_everywhere(decision: Decision) -> bool:

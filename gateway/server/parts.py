@@ -142,7 +142,7 @@ async def discover_tokenizers(hashers: HasherSet, pool: ReplicaPool, policy: Pol
     """Each served model's tokenizer, found once the replicas have answered; the ones
     that join later are noticed as they turn healthy."""
     try:
-        await hashers.discover(pool.known_models(), pool.model_root)
+        await hashers.discover(pool.known_models(), pool.tokenizer_root)
     except TokenizerConfigError as exc:
         log.error("prefixgate: %s", exc)
         raise
@@ -157,7 +157,7 @@ async def discover_tokenizers(hashers: HasherSet, pool: ReplicaPool, policy: Pol
     def new_models(replica_id: str, healthy: bool) -> None:
         if healthy:
             with contextlib.suppress(TokenizerConfigError):
-                hashers.notice(list(pool.get(replica_id).models), pool.model_root)
+                hashers.notice(list(pool.get(replica_id).models), pool.tokenizer_root)
 
     pool.add_listener(new_models)
 

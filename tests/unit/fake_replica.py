@@ -30,6 +30,8 @@ class FakeReplica:
     """Whether its metrics carry ``vllm:cache_config_info`` (block size, capacity, dtype)."""
     aliases: tuple[str, ...] = ()
     """More served names of the same model (``--served-model-name m a b``)."""
+    adapters: tuple[str, ...] = ()
+    """LoRA adapters it serves, listed as vLLM lists them (``parent``: the model)."""
     requests: list[dict] = field(default_factory=list)
     headers_seen: list[dict] = field(default_factory=list)
 
@@ -51,8 +53,10 @@ class FakeReplica:
             return httpx.Response(200, text=text)
         if path == "/v1/models":
             return httpx.Response(200, json={"object": "list", "data": [
-                {"id": name, "root": "/models/" + self.model}
-                for name in (self.model, *self.aliases)]})
+                *({"id": name, "root": "/models/" + self.model, "parent": None}
+                  for name in (self.model, *self.aliases)),
+                *({"id": name, "root": "/adapters/" + name, "parent": self.model}
+                  for name in self.adapters)]})
         body = json.loads(request.content)
         self.requests.append(body)
         self.headers_seen.append(dict(request.headers))

@@ -124,6 +124,22 @@ async def test_an_unknown_model_is_vllms_404_and_aliases_default_as_in_vllm() ->
     assert (a.requests + b.requests)[-1] == {**no_model, "model": "m"}
 
 
+async def test_a_lora_adapter_is_not_a_second_model() -> None:
+    """vLLM serves a request with no model by its base model, and names only base models
+    as valid; an adapter's requests are routed (and rendered) as its base model's."""
+    a = FakeReplica("a", adapters=("sql-lora",))
+    no_model = {k: v for k, v in CHAT.items() if k != "model"}
+    async with gateway([a]) as client:
+        default = await client.post("/v1/chat/completions", json=no_model)
+        adapter = await client.post("/v1/chat/completions", json={**CHAT, "model": "sql-lora"})
+        unknown = await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
+        pool = pool_of(client)
+    assert default.status_code == 200 and a.requests[0]["model"] == "m"
+    assert adapter.status_code == 200 and a.requests[1]["model"] == "sql-lora"
+    assert unknown.json()["error"]["message"].endswith("Valid aliases: m.")
+    assert pool.tokenizer_root("sql-lora") == pool.tokenizer_root("m") == "/models/m"
+
+
 async def test_two_models_need_a_model_field() -> None:
     a, b = FakeReplica("a"), FakeReplica("b", model="other")
     no_model = {k: v for k, v in CHAT.items() if k != "model"}

@@ -58,7 +58,7 @@ async def test_a_lone_tokenizer_flag_applies_to_the_one_served_model(qwen_dir: s
         await several.discover(["a", "b"], lambda model: None)
 
 
-def replica_app(root: str | None) -> httpx.MockTransport:
+def replica_app(root: str | None, adapter: str | None = None) -> httpx.MockTransport:
     def handler(request: httpx.Request) -> httpx.Response:
         path = request.url.path
         if path == "/health":
@@ -69,7 +69,11 @@ def replica_app(root: str | None) -> httpx.MockTransport:
             card: dict[str, Any] = {"id": "m", "object": "model"}
             if root is not None:
                 card["root"] = root
-            return httpx.Response(200, json={"object": "list", "data": [card]})
+            cards = [card]
+            if adapter is not None:  # as vLLM lists a LoRA adapter: its folder, its model
+                cards.append({"id": "sql-lora", "object": "model", "root": adapter,
+                              "parent": "m"})
+            return httpx.Response(200, json={"object": "list", "data": cards})
         if path == "/v1/chat/completions":
             return httpx.Response(200, json={
                 "id": "x", "object": "chat.completion", "model": "m",
@@ -81,11 +85,12 @@ def replica_app(root: str | None) -> httpx.MockTransport:
 
 
 @asynccontextmanager
-async def gateway(root: str | None, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+async def gateway(root: str | None, adapter: str | None = None,
+                  **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
     overrides = {"replicas": [{"id": "a", "url": "http://a", "kv_events": {
         "endpoint": "tcp://127.0.0.1:1"}}], "health_interval": 3600.0, **settings}
     app = create_app(load_settings(overrides=overrides, env={}),
-                     transport=lambda rid: replica_app(root))
+                     transport=lambda rid: replica_app(root, adapter))
     async with LifespanManager(app) as manager, httpx.AsyncClient(
             transport=httpx.ASGITransport(app=manager.app), base_url="http://gw") as client:
         yield client
@@ -104,6 +109,17 @@ async def test_the_replicas_model_folder_is_found_and_shown(qwen_dir: str) -> No
     assert 'prefixgate_tokenizer_info{model="m",source="replica-root"} 1.0' in metrics
     assert replicas[0]["tokenizer"] == {"source": "replica-root", "path": qwen_dir}
     assert int(again.headers["x-prefixgate-matched-tokens"]) >= 192  # real tokens, real blocks
+
+
+async def test_a_lora_adapter_renders_with_its_base_models_tokenizer(
+        qwen_dir: str, tmp_path: Path) -> None:
+    """vLLM renders an adapter's requests with its base model's tokenizer and template; the
+    adapter's own folder holds weights only."""
+    weights = tmp_path / "sql-lora"
+    weights.mkdir()
+    async with gateway(qwen_dir, adapter=str(weights), policy="prefix") as client:
+        ready = (await client.get("/ready")).json()
+    assert ready["tokenizers"]["sql-lora"] == {"source": "replica-root", "path": qwen_dir}
 
 
 async def test_precise_without_a_tokenizer_says_what_it_falls_back_to(
