@@ -11,8 +11,8 @@ and are checked against vLLM once (the e2e stage compares the rendering with vLL
 ``/v1/messages/render`` and ``/v1/responses/render``).
 
 What vLLM hands the template as ``reasoning`` (Anthropic ``thinking`` blocks, Responses
-``reasoning`` items) is kept under that key; a caller that does not render it stops
-there (:func:`reasoning_at`).
+``reasoning`` items) is kept under that key, which the chat rendering passes on
+(``engine.tokenizer.conversation``).
 """
 
 from __future__ import annotations
@@ -270,9 +270,3 @@ def responses_tools(tools: Any) -> list[dict[str, Any]]:
         return []
     return [{"type": "function", "function": {k: v for k, v in tool.items() if k != "type"}}
             for tool in tools if isinstance(tool, dict) and tool.get("type") == "function"]
-
-
-def reasoning_at(messages: list[Message]) -> int:
-    """The index of the first message carrying ``reasoning`` (len: none does)."""
-    return next((index for index, message in enumerate(messages) if "reasoning" in message),
-                len(messages))

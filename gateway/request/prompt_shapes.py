@@ -40,7 +40,6 @@ from typing import Any
 from engine.api_shapes import (
     anthropic_messages,
     anthropic_tools,
-    reasoning_at,
     responses_messages,
     responses_tools,
 )
@@ -56,7 +55,6 @@ def prompt_of(kind: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]] | N
         return ("completions", body) if _is_prompt(body.get("prompt")) else None
     if kind == "responses":
         messages, _ = responses_messages(body)
-        messages = messages[:reasoning_at(messages)]  # reasoning: routing reads before it
         if not messages:
             return None
         chat = {"messages": messages, **{f: body[f] for f in _CHAT_FIELDS if f in body}}
@@ -95,14 +93,14 @@ def _first_conversation(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | No
 
 def anthropic_chat(body: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """An Anthropic Messages API body as the chat request routing renders (vLLM's
-    conversion, ``engine.api_shapes``, up to the first message with reasoning), or None."""
+    conversion, ``engine.api_shapes``: thinking as the assistant's ``reasoning``, which the
+    template renders as vLLM hands it), or None."""
     given = body.get("messages")
     if not isinstance(given, list) or not given or not all(
             isinstance(message, dict) and isinstance(message.get("role"), str)
             for message in given):
         return None
     messages = anthropic_messages(body)
-    messages = messages[:reasoning_at(messages)]  # thinking: routing reads what is before
     if not messages:
         return None
     chat: dict[str, Any] = {"messages": messages}

@@ -298,7 +298,25 @@ RESPONSES_TEXT_AFTER_CALL = {**RESPONSES_TURN, "input": [
     *RESPONSES_TURN["input"][2:]]}
 
 
+# A reasoning model's turns: its reasoning (a Responses reasoning item, Anthropic thinking)
+# is the assistant's reasoning, which vLLM hands the template; routing reads on past it.
+_TURN_INPUT: list[Any] = RESPONSES_TURN["input"]  # type: ignore[assignment]
+RESPONSES_REASONED = {**RESPONSES_TURN, "input": [
+    _TURN_INPUT[0],
+    {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "Look."}]},
+    *_TURN_INPUT[1:]]}
+_TURN_MESSAGES: list[Any] = MESSAGES_TURN["messages"]  # type: ignore[assignment]
+MESSAGES_THOUGHT = {**MESSAGES_TURN, "messages": [
+    _TURN_MESSAGES[0],
+    {"role": "assistant", "content": [
+        {"type": "thinking", "thinking": "Look it up.", "signature": "s"},
+        *_TURN_MESSAGES[1]["content"]]},
+    *_TURN_MESSAGES[2:]]}
+
+
 @pytest.mark.parametrize(("path", "kind", "body"), [
+    ("/v1/responses/render", "responses", RESPONSES_REASONED),
+    ("/v1/messages/render", "messages", MESSAGES_THOUGHT),
     ("/v1/responses/render", "responses", RESPONSES_TURN),
     ("/v1/responses/render", "responses", RESPONSES_ANSWERED),
     ("/v1/responses/render", "responses", RESPONSES_TEXT_AFTER_CALL),

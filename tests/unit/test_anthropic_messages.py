@@ -46,7 +46,7 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
             "parameters": TOOLS[0]["input_schema"], "strict": None,
             "defer_loading": None}}]})  # vLLM's fields; the renderer drops unset ones
     # A tool result next to text: the tool message first, then the user's text (as vLLM);
-    # thinking is where routing stops reading.
+    # thinking is the assistant's reasoning, which the template is handed.
     assert prompt_of("messages", {"messages": [
         {"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "t1", "content": [
@@ -54,7 +54,8 @@ def test_a_messages_body_renders_as_the_chat_request_vllm_makes_of_it() -> None:
             {"type": "text", "text": "Go on."}]},
         {"role": "assistant", "content": [{"type": "thinking", "thinking": "hm"}]}]}) == (
         "chat", {"messages": [{"role": "tool", "tool_call_id": "t1", "content": "a\nb"},
-                              {"role": "user", "content": "Go on."}]})
+                              {"role": "user", "content": "Go on."},
+                              {"role": "assistant", "reasoning": "hm"}]})
     assert prompt_of("messages", {"system": "S", "messages": [
         {"role": "user", "content": "Hi"}]}) == ("chat", {"messages": [
             {"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]})

@@ -71,8 +71,8 @@ def test_a_responses_agents_tool_calls_render_as_vllm_converts_them() -> None:
     """An agent's turns: instructions and tools, the task, then tool calls and their
     outputs, read as vLLM turns them into chat (function calls as the assistant's tool
     calls, merged into the assistant message before them; outputs as tool messages;
-    function tools as chat tools), up to the first item with no chat form (reasoning);
-    an image part is kept for the chat reading to stop before (``media``)."""
+    function tools as chat tools; reasoning as the assistant's ``reasoning``); an image
+    part is kept for the chat reading to stop before (``media``)."""
     task = {"role": "user", "content": "Find the invoice."}
     tool = {"type": "function", "name": "search", "parameters": {"type": "object"},
             "strict": True}
@@ -93,7 +93,8 @@ def test_a_responses_agents_tool_calls_render_as_vllm_converts_them() -> None:
         "messages": [{"role": "system", "content": "You are an agent."}, task,
                      {"role": "assistant", "content": "Looking.", "tool_calls": calls},
                      {"role": "tool", "content": "found", "tool_call_id": "c1"},
-                     {"role": "tool", "content": "none", "tool_call_id": "c2"}],
+                     {"role": "tool", "content": "none", "tool_call_id": "c2"},
+                     {"role": "assistant", "reasoning": ""}, {"role": "user", "content": "Thanks"}],
         "tools": [{"type": "function", "function": {
             "name": "search", "parameters": {"type": "object"}, "strict": True}}]})
     image = {"type": "input_image", "image_url": "data:image/png;base64,AAAA"}
