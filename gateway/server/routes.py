@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 from fastapi import APIRouter
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.responses import Response
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 
 from engine.errors import EngineError
 from gateway.errors import ModelNotFound
@@ -39,7 +40,9 @@ def build_router(state: GatewayState) -> APIRouter:
         return JSONResponse({"object": "list", "data": model_cards(state)})
 
     @router.get("/v1/models/{model_id:path}")
-    async def model(model_id: str) -> Response:
+    async def model(model_id: str, request: Request) -> Response:
+        if not model_id:  # vLLM (starlette) redirects a trailing slash to the list
+            return RedirectResponse(request.url.replace(path="/v1/models"), status_code=307)
         for card in model_cards(state):
             if card["id"] == model_id:
                 return JSONResponse(card)

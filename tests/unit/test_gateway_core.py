@@ -140,6 +140,13 @@ async def test_a_lora_adapter_is_not_a_second_model() -> None:
     assert pool.tokenizer_root("sql-lora") == pool.tokenizer_root("m") == "/models/m"
 
 
+async def test_the_model_list_with_a_trailing_slash_redirects_as_vllms() -> None:
+    async with gateway([FakeReplica("a")]) as client:
+        answer = await client.get("/v1/models/")
+    assert answer.status_code == 307
+    assert answer.headers["location"] == "http://gw/v1/models"
+
+
 async def test_two_models_need_a_model_field() -> None:
     a, b = FakeReplica("a"), FakeReplica("b", model="other")
     no_model = {k: v for k, v in CHAT.items() if k != "model"}
