@@ -219,6 +219,7 @@ class ReplicaPool:
         """Called as a lease starts or ends (the pool's own in-flight count changed):
         a gateway's worker tells its siblings (``gateway.fleet.local``)."""
         self._tasks: list[asyncio.Task[None]] = []
+        self._models_refreshed = -math.inf
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -514,6 +515,19 @@ class ReplicaPool:
             return
         replica.breaker.success(self._clock(), from_probe=True)
         self._sync(replica)
+
+    async def refresh_models(self, min_interval: float = 1.0) -> bool:
+        """Ask every replica in rotation for its ``/v1/models`` now, at most once per
+        ``min_interval`` seconds (a model loaded since the last probe, such as a LoRA
+        adapter loaded at run time, is otherwise known only at the next models probe);
+        whether it asked."""
+        now = self._clock()
+        if now - self._models_refreshed < min_interval:
+            return False
+        self._models_refreshed = now
+        await asyncio.gather(*(self._models(r) for r in self._replicas.values() if r.healthy),
+                             return_exceptions=True)
+        return True
 
     async def _models(self, replica: Replica) -> None:
         status, body = await replica.backend.get("/v1/models")

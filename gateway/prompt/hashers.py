@@ -58,6 +58,9 @@ class HasherSet:
         self._pending: dict[str, asyncio.Task[None]] = {}
         self._followed: dict[str, str | None] = {}
         self._unloaded: dict[str, str] = {}  # followed, loaded on first use
+        self.parent_of: Callable[[str], str | None] = lambda model: None
+        """The base model of a LoRA adapter (``ReplicaPool.model_parent``), None for a
+        base model."""
         self._checks: dict[str, dict[str, RenderCheck]] = {}
         for folder in filter(None, [default_tokenizer, *(m.tokenizer for m in models)]):
             problem = configured_folder_problem(folder)
@@ -98,6 +101,10 @@ class HasherSet:
 
     def has_tokenizer(self, model: str) -> bool:
         return model in self._hashers
+
+    def seen(self, model: str) -> bool:
+        """Whether ``model``'s tokenizer was looked for (or is being looked for)."""
+        return model in self._choices or model in self._pending
 
     def items(self) -> list[tuple[str, PromptHasher]]:
         return list(self._hashers.items())
@@ -142,7 +149,8 @@ class HasherSet:
         if not new:
             return
         if self._default_tokenizer or self._default_template is not None:
-            served = sorted(set(models) | set(self._choices))
+            # a LoRA adapter is its base model's: one model, whatever adapters it has
+            served = sorted({self.parent_of(m) or m for m in set(models) | set(self._choices)})
             given = (f"--tokenizer {self._default_tokenizer}" if self._default_tokenizer
                      else "--chat-template")
             if len(served) > 1:

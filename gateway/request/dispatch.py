@@ -111,8 +111,15 @@ class Dispatcher:
             exchange.set_model(exchange.fields.model or self._any_model())
             exchange.decision = self._by_load(exchange)
         else:
-            exchange.set_model(resolve_model(self.pool, exchange.fields.model,
-                                             self.state.settings.retry_after_seconds))
+            retry_after = self.state.settings.retry_after_seconds
+            try:
+                model = resolve_model(self.pool, exchange.fields.model, retry_after)
+            except ModelNotFound:
+                # loaded since the last models probe (a LoRA adapter, say)? ask once now
+                if not await self.pool.refresh_models():
+                    raise
+                model = resolve_model(self.pool, exchange.fields.model, retry_after)
+            exchange.set_model(model)
             if exchange.route.routing == "prefix" and exchange.prompt is not None:
                 await self._by_prefix(exchange)
             else:

@@ -10,6 +10,7 @@ after its decision is told to the proxy's lifecycle observers
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from typing import Protocol
 from engine.pool.replicas import ReplicaPool
 from gateway.config import Settings
 from gateway.ops.metrics import GatewayMetrics
-from gateway.prompt.hashers import HasherSet
+from gateway.prompt.hashers import HasherSet, TokenizerConfigError
 from gateway.request.decider import Decider
 from gateway.request.exchange import Exchange
 from gateway.request.preparing import Preparing
@@ -86,6 +87,12 @@ class GatewayState:
         output = exchange.fields.max_tokens
         if not self.decider.policy.uses_prefix or exchange.prompt is None:
             return RouteRequest(model, (), 0, block_size, session_key, request_id, output)
-        described = await self.hashers.get(model).analyse(model, body, kind, block_size,
-                                                          session_key, request_id)
+        hashers = self.hashers
+        if not hashers.has_tokenizer(model) and not hashers.seen(model):
+            # a model that appeared since start-up (a LoRA adapter loaded at run time):
+            # its tokenizer is looked for now; this request routes on bytes meanwhile
+            with contextlib.suppress(TokenizerConfigError):
+                hashers.notice([model], self.pool.tokenizer_root)
+        described = await hashers.get(model).analyse(model, body, kind, block_size,
+                                                     session_key, request_id)
         return dataclasses.replace(described, output_tokens=output) if output else described

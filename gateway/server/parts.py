@@ -141,6 +141,7 @@ def build_ops_view(pool: ReplicaPool, policy: Policy, sampler: OpsSampler, lint:
 async def discover_tokenizers(hashers: HasherSet, pool: ReplicaPool, policy: Policy) -> None:
     """Each served model's tokenizer, found once the replicas have answered; the ones
     that join later are noticed as they turn healthy."""
+    hashers.parent_of = pool.model_parent
     try:
         await hashers.discover(pool.known_models(), pool.tokenizer_root)
     except TokenizerConfigError as exc:

@@ -140,6 +140,19 @@ async def test_a_lora_adapter_is_not_a_second_model() -> None:
     assert pool.tokenizer_root("sql-lora") == pool.tokenizer_root("m") == "/models/m"
 
 
+async def test_an_adapter_loaded_at_run_time_is_served_at_once() -> None:
+    """vLLM's /v1/load_lora_adapter goes to the replicas; the next request naming it is
+    routed, not refused until the gateway's next models probe."""
+    a = FakeReplica("a")
+    async with gateway([a]) as client:
+        a.adapters = ("sql-lora",)
+        answer = await client.post("/v1/chat/completions", json={**CHAT, "model": "sql-lora"})
+        unknown = [await client.post("/v1/chat/completions", json={**CHAT, "model": "nope"})
+                   for _ in range(2)]
+    assert answer.status_code == 200 and a.requests[-1]["model"] == "sql-lora"
+    assert [r.status_code for r in unknown] == [404, 404]
+
+
 async def test_the_model_list_with_a_trailing_slash_redirects_as_vllms() -> None:
     async with gateway([FakeReplica("a")]) as client:
         answer = await client.get("/v1/models/")

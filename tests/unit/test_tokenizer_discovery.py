@@ -122,6 +122,15 @@ async def test_a_lora_adapter_renders_with_its_base_models_tokenizer(
     assert ready["tokenizers"]["sql-lora"] == {"source": "replica-root", "path": qwen_dir}
 
 
+async def test_a_lone_tokenizer_flag_covers_a_model_and_its_adapters(
+        qwen_dir: str, tmp_path: Path) -> None:
+    async with gateway("/models/elsewhere", adapter=str(tmp_path), tokenizer=qwen_dir,
+                       policy="prefix") as client:
+        ready = (await client.get("/ready")).json()
+    assert ready["tokenizers"]["m"]["source"] == ready["tokenizers"]["sql-lora"]["source"] == \
+        "config"
+
+
 async def test_precise_without_a_tokenizer_says_what_it_falls_back_to(
         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
