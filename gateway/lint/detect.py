@@ -18,7 +18,11 @@
    and ``2026年11月30日（月）15時25分`` are one timestamp.
 6. Context: after a relative phrase ("today is", "current time", "今天是") a
    hit is nearly certain; a bare weekday or a round clock time without one
-   is left alone (a schedule, "open 9:00-17:00"), as is a time range.
+   is left alone (a schedule, "open 9:00-17:00"), as is a time range. A
+   value introduced as an example ("e.g. ORD-2024-88812", "the example UUID
+   ...", the turns after an "Example:" label up to the next blank line) is
+   one fixed illustration: its confidence drops below the warning level
+   (``EXAMPLE_CONFIDENCE``), unless a relative phrase marks it as now.
 
 Parameters: ``MARGIN`` (40) characters around a digit seed; ``TOKEN_REACH``
 (300) how far a window grows to take in a whole token (ids, nonces).
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 
 from gateway.lint import names, temporal
@@ -67,6 +72,13 @@ MARGIN = 40
 CUE_REACH = 24
 """How far before a window a token's name may start (``Session token: k8Jd9sLq2Xz7``)."""
 CUE_CONFIDENCE = 0.97
+EXAMPLE_CONFIDENCE = 0.45
+"""An example's value: below the linter's warning level, so it is reported as ``info``."""
+EXAMPLE_REACH = 40
+"""How far after "e.g." or "example" the value it introduces may start (same sentence)."""
+EXAMPLE_BLOCK = 2000
+"""How far back an "Example:" label may open the block a hit is in."""
+SENTENCE_END = re.compile(r"[.!?;。！？；](?:\s|$)|\n")
 MAX_GAP = 12
 MONTH_HEADS = frozenset(name[:3] for name in MONTHS)
 CJK_TIME_CHARS = ("点", "點", "時", "时")
@@ -75,6 +87,31 @@ NAME_LITERALS_ZH = tuple(w for w in NAME_LITERALS if not w.isascii() and not _ka
 NAME_LITERALS_JA = tuple(w for w in NAME_LITERALS if not w.isascii() and _kana(w))
 COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w.isascii())
 COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
+
+
+EXAMPLE_LITERALS = ("e.g", "eg.", "exampl", "instance", "such as", "sample", "z.b", "z. b",
+                    "exemple", "ejemplo", "例")
+
+
+class Examples:
+    """The ends of the words that introduce examples in one text, found once per scan."""
+
+    def __init__(self, t: str, inline: list[int], labels: list[int], breaks: list[int]) -> None:
+        self.t, self.inline, self.labels, self.breaks = t, inline, labels, breaks
+
+    def holds(self, start: int) -> bool:
+        """After "e.g." or "example" in the same sentence, or in a block an "Example:"
+        label opens (to the next blank line)."""
+        i = bisect_right(self.inline, start) - 1
+        if i >= 0 and start - self.inline[i] <= EXAMPLE_REACH and not SENTENCE_END.search(
+                self.t, self.inline[i], start):
+            return True
+        i = bisect_right(self.labels, start) - 1
+        if i < 0:
+            return False
+        j = bisect_right(self.breaks, start) - 1
+        paragraph = self.breaks[j] if j >= 0 else 0
+        return self.labels[i] > max(paragraph, start - EXAMPLE_BLOCK)
 
 
 class Detector:
@@ -316,6 +353,7 @@ class Detector:
 
     def _context(self, t: str, hits: list[Hit]) -> list[Hit]:
         out = []
+        examples = self._examples(t)
         for hit in hits:
             cued = self._cued(t, hit.start)
             if hit.kind in TEMPORAL or hit.kind == "epoch":
@@ -327,8 +365,21 @@ class Detector:
                 if cued:
                     hit = Hit(hit.kind, hit.start, hit.end, max(hit.confidence, CUE_CONFIDENCE),
                               hit.detail)
+            if not cued and examples.holds(hit.start):
+                detail = f"{hit.detail}; in an example" if hit.detail else "in an example"
+                hit = Hit(hit.kind, hit.start, hit.end, min(hit.confidence, EXAMPLE_CONFIDENCE),
+                          detail)
             out.append(hit)
         return out
+
+    def _examples(self, t: str) -> Examples:
+        """Where examples are: one pass over the text for the words that introduce them."""
+        lowered = t.lower()
+        if not any(w in lowered for w in EXAMPLE_LITERALS):
+            return Examples(t, [], [], [])
+        p = self.patterns
+        return Examples(t, [m.end() for m in p.example_inline.finditer(t)],
+                        [m.end() for m in p.example_label.finditer(t)], list(positions(t, "\n\n")))
 
     def _cued(self, t: str, start: int) -> bool:
         before = t[max(0, start - 40):start]

@@ -265,7 +265,8 @@ class PatternSet:
             r"(?:\bv|\bver\.?|version|release|build|rev\.?|python|cuda|node|ubuntu|vllm|"
             r"torch|driver|firmware|\bos)\s{0,2}$", re.IGNORECASE)
         self.fingerprint_before = re.compile(
-            r"(?:commit|sha|sha1|sha256|md5|checksum|hash|digest|fingerprint|etag)\s{0,2}[:=#]?\s{0,2}$",
+            r"(?:commit|sha(?:-?(?:1|224|256|384|512))?|md5|checksum|hash|digest|fingerprint|etag)"
+            r"(?:\ (?:is|was))?\s{0,2}[:=#]?\s{0,2}$",
             re.IGNORECASE)
         self.name_en = re.compile(r"""
             (?:(?i:(?:user|customer|client|member|patient|student|caller|account\ holder)(?:'s|’s)?
@@ -298,6 +299,18 @@ class PatternSet:
             (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:[\ _-]?(?i:id|no\.?|number|num|code|ref))?
                ["']?(?:\ (?i:is))?\ ?[:=\#]?\ ?["']?
               |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
+        self.example_inline = re.compile(r"""
+            (?<![A-Za-z])(?:e\.\ ?g\.|eg\.|for\ example|for\ instance|such\ as|examples?|samples?
+              |z\.\ ?b\.|par\ exemple|por\ ejemplo)(?![A-Za-z])
+            |例如|比如|例えば""", flags | re.IGNORECASE)
+        """Words that introduce an example value ("e.g. ORD-2024-88812", "the example UUID
+        ..."): the value is one fixed illustration, not the request's own."""
+        self.example_label = re.compile(r"""
+            (?<![A-Za-z])(?:examples?|samples?|few-shot\ examples?)(?:\ [A-Za-z-]{1,16}){0,3}
+            (?:\ [0-9]{1,2})?\ ?:
+            |(?:例|示例|例子|样例|入力例|出力例)\s?[:：]""", flags | re.IGNORECASE)
+        """A label that opens a block of examples (few-shot turns): "Example:", "Examples of
+        good answers:", "Example 2:", "示例：". The block runs to the next blank line."""
         self.time_range_after = re.compile(r"\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}[0-9]")
         self.time_range_before = re.compile(r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}$")
         self.temporal_gap = re.compile(
