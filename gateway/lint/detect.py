@@ -42,6 +42,7 @@ from gateway.lint.normalize import Folder
 from gateway.lint.patterns import (
     COUNTER_LITERALS,
     CUE_LITERALS,
+    FUTURE_LITERALS,
     MONTHS,
     NAME_LITERALS,
     RELATIVE_BEFORE,
@@ -62,6 +63,11 @@ from gateway.lint.windows import (
     token_end,
     valid,
 )
+
+
+def _first(match: re.Match[str], *groups: str) -> str:
+    """The group of an alternation that matched."""
+    return next(g for g in groups if match[g] is not None)
 
 
 def _kana(word: str) -> bool:
@@ -85,8 +91,8 @@ CJK_TIME_CHARS = ("点", "點", "時", "时")
 NAME_LITERALS_EN = tuple(w for w in NAME_LITERALS if w.isascii())
 NAME_LITERALS_ZH = tuple(w for w in NAME_LITERALS if not w.isascii() and not _kana(w))
 NAME_LITERALS_JA = tuple(w for w in NAME_LITERALS if not w.isascii() and _kana(w))
-COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w.isascii())
-COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
+COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w[0].isascii())
+COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w[0].isascii())
 
 
 EXAMPLE_LITERALS = ("e.g", "eg.", "exampl", "instance", "such as", "sample", "z.b", "z. b",
@@ -299,10 +305,19 @@ class Detector:
             found = [group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
             found += [group_hit(m, "n", "counter", 0.7)
                       for m in p.counter_position.finditer(t, a, b)]
+            found += [group_hit(m, _first(m, "n1", "n2"), "counter", 0.8)
+                      for m in p.counter_progress.finditer(t, a, b)]
+            found += [group_hit(m, _first(m, "n1", "n2", "n3"), "counter", 0.8)
+                      for m in p.counter_amount.finditer(t, a, b)]
+            found += [Hit("nonce", *m.span(g), 0.8, "random seed")
+                      for m in p.seed.finditer(t, a, b) for g in [_first(m, "n1", "n2")]]
             yield from valid(t, b, found)
+        for a, b in merged(find_words(lowered, FUTURE_LITERALS, 48, 32), n):
+            yield from valid(t, b, [group_hit(m, _first(m, "r1", "r2"), "relative_time", 0.85)
+                                     for m in p.relative_future.finditer(t, a, b)])
         for a, b in merged(find_words(t, COUNTER_LITERALS_CJK, 8, 16), n):
             yield from valid(t, b, [
-                group_hit(m, next(g for g in ("n1", "n2", "n3") if m[g]), "counter", 0.85)
+                group_hit(m, _first(m, "n1", "n2", "n3", "n4", "n5"), "counter", 0.85)
                 for m in p.counter_cjk.finditer(t, a, b)])
         for a, b in merged(find_words(lowered, CUE_LITERALS, 0, 48), n):
             yield from valid(t, b, [temporal.weekday(m) for m in p.weekday.finditer(t, a, b)])

@@ -79,9 +79,15 @@ NAME_LITERALS = ("name", "hello", "hi ", "hey ", "dear ", "welcome", "talking to
                  "お客様", "ユーザー", "利用者", "会員", "氏名", "名前", "様", "さん")
 
 COUNTER_LITERALS = ("#", "remaining", "left", "used", "balance", "credit", "quota", "visit",
-                    "attempt", "retry", "turn", "try", "round", "iteration",
-                    "number", "no.", "count", "index", "today", "you have",
-                    "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り")
+                    "attempt", "retry", "turn", "try", "round", "iteration", "step", "queue",
+                    "number", "no.", "count", "index", "today", "you have", "seed", "stock",
+                    "ungelesen", "neue ", "non lu", "nouveaux", "nouvelles", "sin leer",
+                    "nuevos", "no leídos",
+                    "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り", "未读", "未讀", "未読")
+
+FUTURE_LITERALS = ("ends in", "expires in", "renews in", "closes in", "starts in", "begins in",
+                   "runs out in", "left in", "remaining in", "left on", "remaining on")
+"""Seeds for a time to go on a subscription or an offer ("The trial ends in 5 days")."""
 
 RECORD_CUES = (
     "order|account|acct|ticket|case|invoice|booking|reservation|confirmation|tracking|policy"
@@ -235,9 +241,52 @@ class PatternSet:
                 |(?:login|visit|session)\ count)\ ?[:=]\ ?[$€£¥]?
               |you\ have\ (?=[0-9]{{1,9}}\ (?:new|unread|pending)\ [a-z]+)
               |you\ have\ (?=[0-9]{{1,9}}\ (?:messages|requests|credits|questions|queries|calls
-                |tokens|attempts)\ (?:left|remaining)))
+                |tokens|attempts)\ (?:left|remaining))
+              |(?:retry|retries|step)\ ?(?:\#|no\.|number|count|counter|index)\ ?:?\ ?\#?
+              |(?:queue\ position|position\ in\ (?:the\ )?queue|place\ in\ (?:the\ )?queue
+                |(?:in\ )?stock(?:\ level)?|inventory)\ ?[:=]\ ?)
             (?P<n>[0-9](?:[0-9,]{{0,12}}[0-9])?(?:\.[0-9]{{1,4}})?)
             (?![{_A}]|[.,:/-][0-9])""", flags | re.IGNORECASE)
+        self.counter_progress = re.compile(rf"""
+            (?<![A-Za-z])
+            (?:(?:this\ is|you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?
+                (?:attempt|retry|try|turn|round|step|iteration|question|page|level|stage)
+                \ (?P<n1>[0-9]{{1,6}})(?=\ of\ [0-9]|/[0-9]|[^{_A}/]|$)
+              |(?:attempt|retry|try)\ (?P<n2>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9]))
+            (?![{_A}]|[.,:-][0-9])""", flags | re.IGNORECASE)
+        """Where a run is now: "This is attempt 3 of 5", "Attempt 3/5", "You are on step 4"
+        ("Step 1 of the setup guide" names a fixed part of a manual)."""
+        self.counter_amount = re.compile(r"""
+            (?<![A-Za-z0-9.,])
+            (?:only\ (?P<n1>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
+                (?:left|remaining)(?![A-Za-z])
+              |(?P<n2>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
+                (?:left|remaining)\ in\ stock(?![A-Za-z])
+              |(?P<n3>[0-9]{1,6})\ (?=(?:ungelesene|neue)\ (?:Nachricht|E-Mail|Mail|Mitteilung
+                |Benachrichtigung)
+                |(?:nouveaux\ |nouvelles\ )?(?:messages|notifications|e-mails|courriels|mails)
+                  \ non\ lu
+                |(?:nouveaux|nouvelles)\ (?:messages|notifications|e-mails|courriels)
+                |(?:mensajes|notificaciones|correos)\ (?:sin\ leer|nuevos|no\ le[ií]dos)
+                |nuevos\ (?:mensajes|correos|notificaciones)))""", flags | re.IGNORECASE)
+        """Amounts left and unread counts without a label: "Only 17 units left",
+        "12 ungelesene Nachrichten", "12 messages non lus", "12 mensajes sin leer"."""
+        self.seed = re.compile(rf"""
+            (?<![A-Za-z])(?:random\ seed\ ?(?:[:=]|is)?\ ?(?P<n1>[0-9]{{1,20}})
+              |seed\ ?[:=]\ ?(?P<n2>[0-9]{{4,20}}))
+            (?![{_A}]|[.,][0-9])""", flags | re.IGNORECASE)
+        """A random seed drawn per request (a short fixed one, ``seed: 42``, is config)."""
+        self.relative_future = re.compile(r"""
+            (?<![A-Za-z])(?:trial|subscription|plan|membership|offer|promotion|promo|sale
+              |discount|deal|license|licence|reservation|hold|coupon|voucher)
+            (?:\ period)?\ (?:ends|expires|renews|closes|starts|begins|runs\ out)\ 
+            (?P<r1>in\ [0-9]{1,3}\ (?:minutes?|hours?|days?|weeks?|months?))(?![A-Za-z])
+            |(?<![A-Za-z0-9])(?P<r2>[0-9]{1,3}\ (?:minutes?|hours?|days?|weeks?|months?)
+              \ (?:left|remaining))\ (?:in|on|of)\ (?:your|the|this)\ (?:free\ )?
+              (?:trial|subscription|plan|membership|offer|promotion|sale|license|licence)
+              (?![A-Za-z])""", flags | re.IGNORECASE)
+        """Time to go on the user's own trial, plan or offer: "The trial ends in 5 days",
+        "3 days left in your trial" (a policy's "links expire in 24 hours" is fixed)."""
         self.counter_position = re.compile(
             rf"(?<![A-Za-z])(?:attempt|retry|turn|try|round|iteration|visit)\ (?P<n>[0-9]{{1,6}})"
             rf"(?![{_A}]|[.,:/-][0-9]|\ (?:times|attempts|retries|turns|tries|rounds|of\ [0-9]))",
@@ -249,7 +298,10 @@ class PatternSet:
         self.counter_cjk = re.compile(r"""
             第\s?(?P<n1>[0-9]{1,6})\s?(?:次|轮|輪|回(?!答))
             |(?:剩余|还剩|已使用|已用|余额|残り)\s?[:：]?\s?(?P<n2>[0-9](?:[0-9,]{0,8}[0-9])?)
-            |(?P<n3>[0-9]{1,6})\s?回目""", flags)
+            |(?P<n3>[0-9]{1,6})\s?回目
+            |(?P<n4>[0-9]{1,6})\s?(?:条|條|封|个|個|件)(?:の)?\s?(?:新)?未[读讀読]
+            |未[读讀読](?:的)?(?:消息|信息|邮件|郵件|通知|メッセージ|メール)?\s?(?:が|は|[:：])?\s?
+              (?P<n5>[0-9]{1,6})\s?(?:条|條|封|个|個|件)?(?![0-9])""", flags)
         self.cue = re.compile(r"""
             (?:today(?:'s|’s)?(?:\ date)?|current\ (?:date|time|datetime|day|weekday)
               |day\ of\ (?:the\ )?week

@@ -1,0 +1,64 @@
+"""Counters, seeds, time to go, and other per-request values found in one request."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.lint.detect import Detector
+from gateway.lint.linter import Linter
+
+from .corpus import NOW
+from .test_linter import BLOCK, chat
+
+TAIL = " You are the support assistant of Northwind Outfitters. Be concise and friendly."
+
+
+@pytest.fixture(scope="module")
+def detector() -> Detector:
+    return Detector()
+
+
+def spans(detector: Detector, text: str) -> list[tuple[str, str]]:
+    return [(h.kind, text[h.start:h.end]) for h in detector.scan(text, NOW)]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("This is attempt 3 of 5.", [("counter", "3")]),
+    ("Attempt 3/5", [("counter", "3")]),
+    ("Retry count: 2", [("counter", "2")]),
+    ("Queue position: 14. You are on step 4 of 10.", [("counter", "14"), ("counter", "4")]),
+    ("Only 17 units left in stock.", [("counter", "17")]),
+    ("Only 2 attempts left.", [("counter", "2")]),
+    ("In stock: 17", [("counter", "17")]),
+    ("您有12条未读消息。未読メッセージが12件あります。", [("counter", "12"), ("counter", "12")]),
+    ("未读消息：12。12件の未読メッセージ", [("counter", "12"), ("counter", "12")]),
+    (("Sie haben 12 ungelesene Nachrichten. Vous avez 12 messages non lus. Tienes 12 mensajes "
+     "sin leer."), [("counter", "12"), ("counter", "12"), ("counter", "12")]),
+    ("Random seed: 83921.", [("nonce", "83921")]),
+    ("The trial ends in 5 days.", [("relative_time", "in 5 days")]),
+    ("You have 3 days left in your trial.", [("relative_time", "3 days left")]),
+])
+def test_counters_seeds_and_time_to_go_are_found(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Step 1 of the setup guide: install the package.",
+    "Step 1 of 3: install the package.",      # a manual's fixed steps
+    "Retry up to 3 times, then make at most 3 attempts more.",
+    "Use seed: 42 in the examples.",           # a short fixed seed is config
+    "Password reset links expire in 24 hours.",
+    "Refunds are processed in 5 days.",
+    "Keep 10 units in stock at all times.",
+])
+def test_fixed_policy_numbers_stay_quiet(detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
+
+
+def test_counters_in_the_system_prompt_are_warnings(linter: Linter) -> None:
+    system = "This is attempt 3 of 5. Queue position: 14. Random seed: 83921." + TAIL
+    report = linter.lint(chat(system=system, final="Hi", tools=[]), BLOCK)
+    assert [(f.kind, f.text, f.severity) for f in report.findings] == [
+        ("counter", "3", "warning"), ("counter", "14", "warning"), ("nonce", "83921", "warning")]
+    assert report.cacheable_prefix_tokens == 0 < report.cacheable_prefix_tokens_if_fixed
