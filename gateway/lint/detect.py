@@ -222,11 +222,16 @@ class Detector:
                 found += [temporal.compact_date(m, today) for m in p.compact_date.finditer(t, a, b)]
             found += [temporal.month_date(m, t, today, p.month_before)
                       for m in p.month_date.finditer(t, a, b)]
+            if window.tokenish and (dash or slash):
+                found += [temporal.dash_month_date(m, today)
+                          for m in p.dash_month_date.finditer(t, a, b)]
             if "月" in w or "월" in w:
                 found += [temporal.cjk_date(m, t, today, p.era_before)
                           for m in p.cjk_date.finditer(t, a, b)]
             if colon:
                 found += [temporal.clock(m) for m in p.time.finditer(t, a, b)]
+            if window.tokenish and "h" in w:
+                found += [temporal.french_clock(m) for m in p.french_time.finditer(t, a, b)]
             if any(c in w for c in CJK_TIME_CHARS):
                 found += [temporal.cjk_time(m, t, p.ampm_before) for m in p.cjk_time.finditer(t, a, b)]
             if window.longest >= 10:

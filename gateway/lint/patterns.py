@@ -23,7 +23,7 @@ MONTH_NAMES = (
     "january jan enero ene janvier janv januar jän",
     "february feb febrero février févr fevrier februar",
     "march mar marzo mars märz maerz",
-    "april apr abril avril",
+    "april apr abril abr avril avr",
     "may mayo mai",
     "june jun junio juin juni",
     "july jul julio juillet juil juli",
@@ -31,10 +31,16 @@ MONTH_NAMES = (
     "september sep sept septiembre septembre",
     "october oct octubre octobre oktober okt",
     "november nov noviembre novembre",
-    "december dec diciembre décembre decembre dezember dez")
+    "december dec diciembre dic décembre déc decembre dezember dez")
 MONTHS: dict[str, int] = {name: number for number, names in enumerate(MONTH_NAMES, start=1)
                           for name in names.split()}
-"""Month names and abbreviations (en, es, fr, de), lower case -> month number."""
+"""Month names and abbreviations (en, es, fr, de), lower case -> month number. (Spanish
+``ago`` for agosto is left out: "3 ago" would read English "ago" as August.)"""
+MONTH_ABBREVIATIONS = frozenset(
+    name for name, number in MONTHS.items() if name != "may" and any(
+        other != name and other.startswith(name) and MONTHS[other] == number for other in MONTHS))
+"""Names that are short for a longer one (``Dec``, ``sept``, ``dic``): a dot after them is
+theirs; after a full name (``December.``) it ends the sentence."""
 
 WEEKDAY_NAMES = (
     "monday mon lunes lundi montag",
@@ -143,6 +149,13 @@ class PatternSet:
                  (?:,?\ {{1,2}}(?:de\ )?(?P<y2>[12][0-9]{{3}}))?
               |,?\ {{1,2}}(?P<y1>[12][0-9]{{3}}))?
             (?![{_A}]|[.:][0-9])""", flags)
+        self.dash_month_date = re.compile(rf"""
+            (?<![{_A}./-])(?P<d>[0-9]{{1,2}})(?P<sep>[-/])(?P<mon>[A-Za-z]{{3,9}})(?P=sep)
+            (?P<y>[12][0-9]{{3}})(?![{_A}]|[-/.:][0-9])""", flags)
+        """``7-Dec-2026``, ``07/Dec/2026`` (logs, Oracle, Apache)."""
+        self.french_time = re.compile(
+            rf"(?<![{_A}:.])(?P<h>[0-9]{{1,2}})h(?P<mi>[0-5][0-9])(?![{_A}]|[.:][0-9])")
+        """``14h32``: the French way to write a time of day (a bare ``9h`` is a schedule's)."""
         self.month_before = re.compile(r"(?P<mon>[^\W\d_]{3,10})\.?\ {1,2}$")
         self.cjk_date = re.compile(r"""
             (?<![0-9])
@@ -363,8 +376,10 @@ class PatternSet:
             |(?:例|示例|例子|样例|入力例|出力例)\s?[:：]""", flags | re.IGNORECASE)
         """A label that opens a block of examples (few-shot turns): "Example:", "Examples of
         good answers:", "Example 2:", "示例：". The block runs to the next blank line."""
-        self.time_range_after = re.compile(r"\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}[0-9]")
-        self.time_range_before = re.compile(r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}$")
+        self.time_range_after = re.compile(
+            r"\s{0,2}(?:-|–|—|~|～|to|until|till|à|bis|hasta|al|至|到|から)\s{0,2}[0-9]")
+        self.time_range_before = re.compile(
+            r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|à|bis|hasta|al|至|到|から)\s{0,2}$")
         self.temporal_gap = re.compile(
             r"(?:[\s,，、]|at|@|T|um|à|a las|le|of|de|の)*", re.IGNORECASE)
 

@@ -62,3 +62,26 @@ def test_counters_in_the_system_prompt_are_warnings(linter: Linter) -> None:
     assert [(f.kind, f.text, f.severity) for f in report.findings] == [
         ("counter", "3", "warning"), ("counter", "14", "warning"), ("nonce", "83921", "warning")]
     assert report.cacheable_prefix_tokens == 0 < report.cacheable_prefix_tokens_if_fixed
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Il est 14h32 à Paris.", [("time", "14h32")]),
+    ("Fecha: 7 dic. 2026.", [("date", "7 dic. 2026")]),
+    ("Date: 7-Dec-2026.", [("date", "7-Dec-2026")]),
+    ("Le 7 déc. 2026, il est 9h07.", [("date", "7 déc. 2026"), ("time", "9h07")]),
+    ("Today is the 7th of December.", [("date", "7th of December")]),
+    ("Nous sommes le 7 décembre.", [("date", "7 décembre")]),
+    ("The deadline is Dec. 7.", [("date", "Dec. 7")]),
+])
+def test_more_date_and_time_forms_and_no_full_stop_in_the_span(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Ouvert de 9h00 à 18h00, du lundi au vendredi.",   # a schedule
+    "Appels de 14h32 à 15h10 seulement.",              # a range
+    "Release 1.7-Dec-2026 of the guide.",              # part of a version
+])
+def test_schedules_and_versions_stay_quiet(detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
