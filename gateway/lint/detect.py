@@ -46,6 +46,7 @@ from gateway.lint.patterns import (
     MONTHS,
     NAME_LITERALS,
     RELATIVE_BEFORE,
+    USERNAME_LITERALS,
     PatternSet,
 )
 from gateway.lint.people import PersonNames
@@ -293,7 +294,12 @@ class Detector:
             lowered = t
         n = len(t)
         for a, b in merged(find_all(t, "@", 64, 260), n):
-            yield from valid(t, b, [ids.email(m) for m in p.email.finditer(t, a, b)])
+            found = [ids.email(m) for m in p.email.finditer(t, a, b)]
+            found += [names.handle(m, p.handle_cue.search(t, max(0, m.start() - 16), m.start())
+                                   is not None) for m in p.handle.finditer(t, a, b)]
+            yield from valid(t, b, found)
+        for a, b in merged(find_words(lowered, USERNAME_LITERALS, 0, 64), n):
+            yield from valid(t, b, [names.username(m) for m in p.username.finditer(t, a, b)])
         for a, b in merged(((i, i + 12400) for i in positions(t, "eyJ")), n):
             yield from valid(t, b, [ids.jwt(m) for m in p.jwt.finditer(t, a, b)])
         numeral_years = (i for i in positions(t, "年") if i and t[i - 1] in "〇零一二三四五六七八九")

@@ -100,6 +100,20 @@ RECORD_CUES = (
     "|claim|membership|member|customer|loyalty|reference|ref|transaction|txn|shipment|parcel"
     "|contract|subscription|card|application|incident|loan|patient|employee|student|user")
 """Words before an order, account or ticket number ("order ORD-2024-88812", "Ticket #4821")."""
+INTL_RECORD_CUES = (
+    "bestellnummer|bestell-nr\\.?|kundennummer|kunden-nr\\.?|auftragsnummer|rechnungsnummer"
+    "|vertragsnummer|sendungsnummer|buchungsnummer|vorgangsnummer|ticketnummer|kontonummer"
+    "|mitgliedsnummer|fallnummer"
+    "|(?:numéro|numero|n°|no\\.?)\\ de\\ (?:commande|client|compte|dossier|facture|suivi"
+    "|réservation|reservation|ticket|contrat|membre|colis)"
+    "|(?:número|numero|n°|no\\.?)\\ de\\ (?:pedido|cliente|cuenta|factura|seguimiento|reserva"
+    "|ticket|contrato|orden|caso|socio|envío|envio)")
+"""German, French and Spanish names of those numbers ("Bestellnummer", "Numéro de commande",
+"Número de pedido"); ``nº`` folds to ``no`` under NFKC."""
+USERNAME_LITERALS = ("username", "user name", "user_name", "user id", "user_id", "userid",
+                     "user-id", "login", "handle", "screen name", "benutzername",
+                     "nom d'utilisateur", "nombre de usuario")
+"""Seeds for a username after its name ("Username: maria.lopez", "user_id: jdoe_88")."""
 CJK_RECORD_CUES = (
     "订单号|订单|账号|账户|帐号|帳號|工单|单号|会员号|会员卡号|卡号|客户编号|编号|流水号|合同号"
     "|保单号|预订号|运单号|快递单号|注文番号|会員番号|お問い合わせ番号|予約番号|口座番号|伝票番号"
@@ -363,7 +377,21 @@ class PatternSet:
         self.record_cue = re.compile(rf"""
             (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:[\ _-]?(?i:id|no\.?|number|num|code|ref))?
                ["']?(?:\ (?i:is))?\ ?[:=\#]?\ ?["']?
+              |(?<![A-Za-z])(?i:{INTL_RECORD_CUES})(?:\ (?i:ist|est|es))?\ ?[:=\#]?\ ?
               |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
+        self.username = re.compile(rf"""
+            (?<![A-Za-z])(?i:user[\ _-]?name|user[\ _-]?id|login|handle|screen[\ _-]?name
+              |benutzername|nom\ d'utilisateur|nombre\ de\ usuario)
+            (?:\ (?i:is))?\ ?[:=]\ ?["'@]?
+            (?P<value>[{_A}](?:[{_A}]|[._-](?=[{_A}])){{1,38}})(?![{_A}_-]|\.[{_A}])""", flags)
+        """A username after its name: "Username: maria.lopez", "user_id: jdoe_88"."""
+        self.handle = re.compile(rf"""
+            (?<![{_A}._%+-])@(?P<value>[A-Za-z][{_A}_]{{1,29}})(?![{_A}_@-]|\.[{_A}])
+            """, flags)
+        """An @-handle (``@maria_lopez88``); one without a digit counts after a cue only
+        (``@dataclass``, ``@lru_cache`` are code)."""
+        self.handle_cue = re.compile(
+            r"(?i:handle|username|user|twitter|instagram|telegram|slack|mention|dm)\W{0,3}$")
         self.example_inline = re.compile(r"""
             (?<![A-Za-z])(?:e\.\ ?g\.|eg\.|for\ example|for\ instance|such\ as|examples?|samples?
               |z\.\ ?b\.|par\ exemple|por\ ejemplo)(?![A-Za-z])

@@ -85,3 +85,38 @@ def test_more_date_and_time_forms_and_no_full_stop_in_the_span(
 ])
 def test_schedules_and_versions_stay_quiet(detector: Detector, text: str) -> None:
     assert spans(detector, text) == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Bestellnummer: 88213. Kundennummer: 4821937.",
+     [("record_id", "88213"), ("record_id", "4821937")]),
+    ("Numéro de commande : 88213.", [("record_id", "88213")]),
+    ("Número de pedido: 88213.", [("record_id", "88213")]),
+    ("user_id: jdoe_88 You are the assistant.", [("name", "jdoe_88")]),
+    ("Username: maria.lopez.", [("name", "maria.lopez")]),
+    ("Reply to @maria_lopez88 politely.", [("name", "@maria_lopez88")]),
+    ("Twitter: @maria_lopez", [("name", "@maria_lopez")]),
+    ("user_id: 88213", [("record_id", "88213")]),
+])
+def test_order_numbers_after_german_french_spanish_cues_and_usernames(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Decorate it with @dataclass and @lru_cache(maxsize=128).",
+    "Login: required for every order page.",
+    "Username: the email address the customer signed up with.",
+    "Die Bestellnummer steht auf der Rechnung.",
+])
+def test_code_decorators_and_field_descriptions_stay_quiet(detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
+
+
+def test_a_username_in_the_system_prompt_is_a_per_user_warning(linter: Linter) -> None:
+    system = "Username: maria.lopez. Bestellnummer: 88213." + TAIL
+    report = linter.lint(chat(system=system, final="Hi", tools=[]), BLOCK)
+    found = [(f.kind, f.text, f.severity, f.detail) for f in report.findings]
+    assert found == [("name", "maria.lopez", "warning", "username"),
+                     ("record_id", "88213", "warning", "after an id cue")]
+    assert "Per-user detail" in report.findings[0].suggestion
