@@ -120,3 +120,13 @@ def test_a_username_in_the_system_prompt_is_a_per_user_warning(linter: Linter) -
     assert found == [("name", "maria.lopez", "warning", "username"),
                      ("record_id", "88213", "warning", "after an id cue")]
     assert "Per-user detail" in report.findings[0].suggestion
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("Help the patient Emily Rosewater.", [("name", "Emily Rosewater")]),
+    ("This conversation is with patient Emily; be kind.", [("name", "Emily")]),
+    ("Call the patient Emily Monday.", [("name", "Emily")]),   # a weekday, not her surname
+])
+def test_after_a_role_an_unlisted_surname_stays_with_the_first_name(
+        detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
+    assert spans(detector, text) == expected
