@@ -399,11 +399,15 @@ class PatternSet:
         """Words that introduce an example value ("e.g. ORD-2024-88812", "the example UUID
         ..."): the value is one fixed illustration, not the request's own."""
         self.example_label = re.compile(r"""
-            (?<![A-Za-z])(?:examples?|samples?|few-shot\ examples?)(?:\ [A-Za-z-]{1,16}){0,3}
+            (?<![A-Za-z])(?:examples?|samples?|few-shot\ examples?)
+            (?:\ (?:conversations?|dialog(?:ue)?s?|exchanges?|inputs?|outputs?|answers?|replies
+                |responses?|requests?|queries|query|interactions?|chats?|turns?|sessions?|usage
+                |of\ (?:an?\ |good\ |bad\ )?[A-Za-z-]{1,16}))?
             (?:\ [0-9]{1,2})?\ ?:
             |(?:例|示例|例子|样例|入力例|出力例)\s?[:：]""", flags | re.IGNORECASE)
         """A label that opens a block of examples (few-shot turns): "Example:", "Examples of
-        good answers:", "Example 2:", "示例：". The block runs to the next blank line."""
+        good answers:", "Example conversation 2:", "示例：". The block runs to the next blank
+        line. ("Sample rate:" is a setting, not a label.)"""
         self.time_range_after = re.compile(
             r"\s{0,2}(?:-|–|—|~|～|to|until|till|à|bis|hasta|al|至|到|から)\s{0,2}[0-9]")
         self.time_range_before = re.compile(

@@ -39,6 +39,13 @@ def test_a_value_introduced_as_an_example_is_below_the_warning_level(
     assert not any(warn for _, _, warn in hits)
 
 
+@pytest.mark.parametrize("label", ["Example:", "Examples of good answers:",
+                                   "Example conversation 2:", "Few-shot examples:"])
+def test_example_labels_open_a_block(detector: Detector, label: str) -> None:
+    assert found(detector, f"{label}\nUser: Where is order #10001?") == [
+        ("record_id", "#10001", False)]
+
+
 def test_few_shot_turns_after_an_example_label_are_examples_up_to_a_blank_line(
         detector: Detector) -> None:
     text = ("Example:\nCustomer: Where is order #10001?\nAssistant: Order #10001 shipped on "
@@ -50,6 +57,7 @@ def test_few_shot_turns_after_an_example_label_are_examples_up_to_a_blank_line(
 @pytest.mark.parametrize("text", [
     "For example, today is 2026-11-30.",            # a relative phrase says it is now
     "Example answers are short. Order #48213 is late.",   # the example's sentence ended
+    "Sample rate: 16 kHz. The customer's order: #48213.",  # a setting, not an example label
 ])
 def test_a_value_marked_as_now_or_outside_the_example_stays_a_warning(
         detector: Detector, text: str) -> None:
