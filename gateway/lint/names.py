@@ -59,7 +59,9 @@ def username(match: re.Match[str]) -> Hit | None:
 
 
 def handle(match: re.Match[str], cued: bool) -> Hit | None:
-    """``@maria_lopez88``: with a digit, or after a cue ("Twitter: @maria_lopez")."""
-    if not (cued or any(c.isdigit() for c in match["value"])):
+    """``@maria_lopez88``: with a digit and a word of letters, or after a cue ("Twitter:
+    @maria_lopez"); ``@v2`` or ``@sha256`` is not a person's."""
+    value = match["value"]
+    if not (cued or (any(c.isdigit() for c in value) and sum(c.isalpha() for c in value) >= 4)):
         return None
     return Hit("name", match.start(), match.end(), 0.75, "username")

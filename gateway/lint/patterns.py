@@ -111,7 +111,7 @@ INTL_RECORD_CUES = (
 """German, French and Spanish names of those numbers ("Bestellnummer", "Numéro de commande",
 "Número de pedido"); ``nº`` folds to ``no`` under NFKC."""
 USERNAME_LITERALS = ("username", "user name", "user_name", "user id", "user_id", "userid",
-                     "user-id", "login", "handle", "screen name", "benutzername",
+                     "user-id", "login", "handle", "screen name", "screen_name", "benutzername",
                      "nom d'utilisateur", "nombre de usuario")
 """Seeds for a username after its name ("Username: maria.lopez", "user_id: jdoe_88")."""
 CJK_RECORD_CUES = (
@@ -380,7 +380,8 @@ class PatternSet:
               |(?<![A-Za-z])(?i:{INTL_RECORD_CUES})(?:\ (?i:ist|est|es))?\ ?[:=\#]?\ ?
               |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
         self.username = re.compile(rf"""
-            (?<![A-Za-z])(?i:user[\ _-]?name|user[\ _-]?id|login|handle|screen[\ _-]?name
+            (?<![A-Za-z])(?i:user[\ _-]?name|user[\ _-]?id|login[\ _-]?(?:name|id)
+              |(?:user|twitter|instagram|telegram|social)\ handle|screen[\ _-]?name
               |benutzername|nom\ d'utilisateur|nombre\ de\ usuario)
             (?:\ (?i:is))?\ ?[:=]\ ?["'@]?
             (?P<value>[{_A}](?:[{_A}]|[._-](?=[{_A}])){{1,38}})(?![{_A}_-]|\.[{_A}])""", flags)

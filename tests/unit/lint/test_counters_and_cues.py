@@ -96,6 +96,7 @@ def test_schedules_and_versions_stay_quiet(detector: Detector, text: str) -> Non
     ("Username: maria.lopez.", [("name", "maria.lopez")]),
     ("Reply to @maria_lopez88 politely.", [("name", "@maria_lopez88")]),
     ("Twitter: @maria_lopez", [("name", "@maria_lopez")]),
+    ("Login ID: m.lopez_7", [("name", "m.lopez_7")]),
     ("user_id: 88213", [("record_id", "88213")]),
 ])
 def test_order_numbers_after_german_french_spanish_cues_and_usernames(
@@ -106,6 +107,8 @@ def test_order_numbers_after_german_french_spanish_cues_and_usernames(
 @pytest.mark.parametrize("text", [
     "Decorate it with @dataclass and @lru_cache(maxsize=128).",
     "Login: required for every order page.",
+    "Handle: error_code and retry_after in the reply.",  # a code handle, not a user's
+    "Pin the image to @sha256 digests and the API to @v2.",
     "Username: the email address the customer signed up with.",
     "Die Bestellnummer steht auf der Rechnung.",
 ])
