@@ -316,7 +316,7 @@ class Detector:
             found = [group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
             found += [group_hit(m, "n", "counter", 0.7)
                       for m in p.counter_position.finditer(t, a, b)]
-            found += [group_hit(m, _first(m, "n1", "n2"), "counter", 0.8)
+            found += [group_hit(m, _first(m, "n1", "n2", "n3", "n4"), "counter", 0.8)
                       for m in p.counter_progress.finditer(t, a, b)]
             found += [group_hit(m, _first(m, "n1", "n2", "n3"), "counter", 0.8)
                       for m in p.counter_amount.finditer(t, a, b)]

@@ -277,12 +277,14 @@ class PatternSet:
         self.counter_progress = re.compile(rf"""
             (?<![A-Za-z])
             (?:(?:this\ is|you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?
-                (?:attempt|retry|try|turn|round|step|iteration|question|page|level|stage)
-                \ (?P<n1>[0-9]{{1,6}})(?=\ of\ [0-9]|/[0-9]|[^{_A}/]|$)
+                (?:attempt|retry|try|turn|round|iteration)\ (?P<n1>[0-9]{{1,6}})
+              |(?:you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?step
+                \ (?P<n3>[0-9]{{1,6}})
+              |this\ is\ (?:the\ )?step\ (?P<n4>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9])
               |(?:attempt|retry|try)\ (?P<n2>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9]))
             (?![{_A}]|[.,:-][0-9])""", flags | re.IGNORECASE)
         """Where a run is now: "This is attempt 3 of 5", "Attempt 3/5", "You are on step 4"
-        ("Step 1 of the setup guide" names a fixed part of a manual)."""
+        ("(This is) step 1 of the setup guide" names a fixed part of a manual)."""
         self.counter_amount = re.compile(r"""
             (?<![A-Za-z0-9.,])
             (?:only\ (?P<n1>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}

@@ -25,6 +25,7 @@ def spans(detector: Detector, text: str) -> list[tuple[str, str]]:
 @pytest.mark.parametrize(("text", "expected"), [
     ("This is attempt 3 of 5.", [("counter", "3")]),
     ("Attempt 3/5", [("counter", "3")]),
+    ("This is step 2 of 5. This is turn 3.", [("counter", "2"), ("counter", "3")]),
     ("Retry count: 2", [("counter", "2")]),
     ("Queue position: 14. You are on step 4 of 10.", [("counter", "14"), ("counter", "4")]),
     ("Only 17 units left in stock.", [("counter", "17")]),
@@ -45,6 +46,7 @@ def test_counters_seeds_and_time_to_go_are_found(
 
 @pytest.mark.parametrize("text", [
     "Step 1 of the setup guide: install the package.",
+    "This is step 1 of the setup guide.",
     "Step 1 of 3: install the package.",      # a manual's fixed steps
     "Retry up to 3 times, then make at most 3 attempts more.",
     "Use seed: 42 in the examples.",           # a short fixed seed is config
