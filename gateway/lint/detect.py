@@ -7,8 +7,10 @@
 2. Seed small windows cheaply: digit clusters (one linear scan; a bare short
    number in prose such as "30 days" is skipped at once), and literal cue
    words found with ``str.find``: ``@``, ``eyJ``, ``年``, relative phrases
-   (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``) and
-   counter cues (``#``, ``remaining``, ``第``). Each kind of window runs
+   (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``),
+   username cues (``username``, ``user_id``), counter cues (``#``,
+   ``remaining``, ``attempt``, ``seed``, ``未读``, ``第``) and time-to-go
+   cues (``ends in``). Each kind of window runs
    only the families that can match there, and only when the characters
    they need are present.
 3. Validate each match by parsing it (``temporal``, ``identifiers``).
