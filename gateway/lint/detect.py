@@ -7,8 +7,10 @@
 2. Seed small windows cheaply: digit clusters (one linear scan; a bare short
    number in prose such as "30 days" is skipped at once), and literal cue
    words found with ``str.find``: ``@``, ``eyJ``, ``年``, relative phrases
-   (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``) and
-   counter cues (``#``, ``remaining``, ``第``). Each kind of window runs
+   (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``),
+   username cues (``username``, ``user_id``), counter cues (``#``,
+   ``remaining``, ``attempt``, ``seed``, ``未读``, ``第``) and time-to-go
+   cues (``ends in``). Each kind of window runs
    only the families that can match there, and only when the characters
    they need are present.
 3. Validate each match by parsing it (``temporal``, ``identifiers``).
@@ -18,7 +20,11 @@
    and ``2026年11月30日（月）15時25分`` are one timestamp.
 6. Context: after a relative phrase ("today is", "current time", "今天是") a
    hit is nearly certain; a bare weekday or a round clock time without one
-   is left alone (a schedule, "open 9:00-17:00"), as is a time range.
+   is left alone (a schedule, "open 9:00-17:00"), as is a time range. A
+   value introduced as an example ("e.g. ORD-2024-88812", "the example UUID
+   ...", the turns after an "Example:" label up to the next blank line) is
+   one fixed illustration: its confidence drops below the warning level
+   (``EXAMPLE_CONFIDENCE``), unless a relative phrase marks it as now.
 
 Parameters: ``MARGIN`` (40) characters around a digit seed; ``TOKEN_REACH``
 (300) how far a window grows to take in a whole token (ids, nonces).
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 
 from gateway.lint import names, temporal
@@ -37,9 +44,11 @@ from gateway.lint.normalize import Folder
 from gateway.lint.patterns import (
     COUNTER_LITERALS,
     CUE_LITERALS,
+    FUTURE_LITERALS,
     MONTHS,
     NAME_LITERALS,
     RELATIVE_BEFORE,
+    USERNAME_LITERALS,
     PatternSet,
 )
 from gateway.lint.people import PersonNames
@@ -59,6 +68,11 @@ from gateway.lint.windows import (
 )
 
 
+def _first(match: re.Match[str], *groups: str) -> str:
+    """The group of an alternation that matched."""
+    return next(g for g in groups if match[g] is not None)
+
+
 def _kana(word: str) -> bool:
     return any("\u3040" <= c <= "\u30ff" for c in word) or word in ("様", "会員", "氏名", "名前")
 
@@ -67,14 +81,46 @@ MARGIN = 40
 CUE_REACH = 24
 """How far before a window a token's name may start (``Session token: k8Jd9sLq2Xz7``)."""
 CUE_CONFIDENCE = 0.97
+EXAMPLE_CONFIDENCE = 0.45
+"""An example's value: below the linter's warning level, so it is reported as ``info``."""
+EXAMPLE_REACH = 40
+"""How far after "e.g." or "example" the value it introduces may start (same sentence)."""
+EXAMPLE_BLOCK = 2000
+"""How far back an "Example:" label may open the block a hit is in."""
+SENTENCE_END = re.compile(r"[.!?;。！？；](?:\s|$)|\n")
 MAX_GAP = 12
 MONTH_HEADS = frozenset(name[:3] for name in MONTHS)
 CJK_TIME_CHARS = ("点", "點", "時", "时")
 NAME_LITERALS_EN = tuple(w for w in NAME_LITERALS if w.isascii())
 NAME_LITERALS_ZH = tuple(w for w in NAME_LITERALS if not w.isascii() and not _kana(w))
 NAME_LITERALS_JA = tuple(w for w in NAME_LITERALS if not w.isascii() and _kana(w))
-COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w.isascii())
-COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w.isascii())
+COUNTER_LITERALS_EN = tuple(w for w in COUNTER_LITERALS if w[0].isascii())
+COUNTER_LITERALS_CJK = tuple(w for w in COUNTER_LITERALS if not w[0].isascii())
+
+
+EXAMPLE_LITERALS = ("e.g", "eg.", "exampl", "instance", "such as", "sample", "z.b", "z. b",
+                    "exemple", "ejemplo", "例")
+
+
+class Examples:
+    """The ends of the words that introduce examples in one text, found once per scan."""
+
+    def __init__(self, t: str, inline: list[int], labels: list[int], breaks: list[int]) -> None:
+        self.t, self.inline, self.labels, self.breaks = t, inline, labels, breaks
+
+    def holds(self, start: int) -> bool:
+        """After "e.g." or "example" in the same sentence, or in a block an "Example:"
+        label opens (to the next blank line)."""
+        i = bisect_right(self.inline, start) - 1
+        if i >= 0 and start - self.inline[i] <= EXAMPLE_REACH and not SENTENCE_END.search(
+                self.t, self.inline[i], start):
+            return True
+        i = bisect_right(self.labels, start) - 1
+        if i < 0:
+            return False
+        j = bisect_right(self.breaks, start) - 1
+        paragraph = self.breaks[j] if j >= 0 else 0
+        return self.labels[i] > max(paragraph, start - EXAMPLE_BLOCK)
 
 
 class Detector:
@@ -179,11 +225,16 @@ class Detector:
                 found += [temporal.compact_date(m, today) for m in p.compact_date.finditer(t, a, b)]
             found += [temporal.month_date(m, t, today, p.month_before)
                       for m in p.month_date.finditer(t, a, b)]
+            if window.tokenish and (dash or slash):
+                found += [temporal.dash_month_date(m, today)
+                          for m in p.dash_month_date.finditer(t, a, b)]
             if "月" in w or "월" in w:
                 found += [temporal.cjk_date(m, t, today, p.era_before)
                           for m in p.cjk_date.finditer(t, a, b)]
             if colon:
                 found += [temporal.clock(m) for m in p.time.finditer(t, a, b)]
+            if window.tokenish and "h" in w:
+                found += [temporal.french_clock(m) for m in p.french_time.finditer(t, a, b)]
             if any(c in w for c in CJK_TIME_CHARS):
                 found += [temporal.cjk_time(m, t, p.ampm_before) for m in p.cjk_time.finditer(t, a, b)]
             if window.longest >= 10:
@@ -245,7 +296,12 @@ class Detector:
             lowered = t
         n = len(t)
         for a, b in merged(find_all(t, "@", 64, 260), n):
-            yield from valid(t, b, [ids.email(m) for m in p.email.finditer(t, a, b)])
+            found = [ids.email(m) for m in p.email.finditer(t, a, b)]
+            found += [names.handle(m, p.handle_cue.search(t, max(0, m.start() - 16), m.start())
+                                   is not None) for m in p.handle.finditer(t, a, b)]
+            yield from valid(t, b, found)
+        for a, b in merged(find_words(lowered, USERNAME_LITERALS, 0, 64), n):
+            yield from valid(t, b, [names.username(m) for m in p.username.finditer(t, a, b)])
         for a, b in merged(((i, i + 12400) for i in positions(t, "eyJ")), n):
             yield from valid(t, b, [ids.jwt(m) for m in p.jwt.finditer(t, a, b)])
         numeral_years = (i for i in positions(t, "年") if i and t[i - 1] in "〇零一二三四五六七八九")
@@ -262,10 +318,19 @@ class Detector:
             found = [group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
             found += [group_hit(m, "n", "counter", 0.7)
                       for m in p.counter_position.finditer(t, a, b)]
+            found += [group_hit(m, _first(m, "n1", "n2", "n3", "n4"), "counter", 0.8)
+                      for m in p.counter_progress.finditer(t, a, b)]
+            found += [group_hit(m, _first(m, "n1", "n2", "n3"), "counter", 0.8)
+                      for m in p.counter_amount.finditer(t, a, b)]
+            found += [Hit("nonce", *m.span(g), 0.8, "random seed")
+                      for m in p.seed.finditer(t, a, b) for g in [_first(m, "n1", "n2")]]
             yield from valid(t, b, found)
+        for a, b in merged(find_words(lowered, FUTURE_LITERALS, 48, 32), n):
+            yield from valid(t, b, [group_hit(m, _first(m, "r1", "r2"), "relative_time", 0.85)
+                                     for m in p.relative_future.finditer(t, a, b)])
         for a, b in merged(find_words(t, COUNTER_LITERALS_CJK, 8, 16), n):
             yield from valid(t, b, [
-                group_hit(m, next(g for g in ("n1", "n2", "n3") if m[g]), "counter", 0.85)
+                group_hit(m, _first(m, "n1", "n2", "n3", "n4", "n5"), "counter", 0.85)
                 for m in p.counter_cjk.finditer(t, a, b)])
         for a, b in merged(find_words(lowered, CUE_LITERALS, 0, 48), n):
             yield from valid(t, b, [temporal.weekday(m) for m in p.weekday.finditer(t, a, b)])
@@ -316,6 +381,7 @@ class Detector:
 
     def _context(self, t: str, hits: list[Hit]) -> list[Hit]:
         out = []
+        examples = self._examples(t)
         for hit in hits:
             cued = self._cued(t, hit.start)
             if hit.kind in TEMPORAL or hit.kind == "epoch":
@@ -327,8 +393,21 @@ class Detector:
                 if cued:
                     hit = Hit(hit.kind, hit.start, hit.end, max(hit.confidence, CUE_CONFIDENCE),
                               hit.detail)
+            if not cued and examples.holds(hit.start):
+                detail = f"{hit.detail}; in an example" if hit.detail else "in an example"
+                hit = Hit(hit.kind, hit.start, hit.end, min(hit.confidence, EXAMPLE_CONFIDENCE),
+                          detail)
             out.append(hit)
         return out
+
+    def _examples(self, t: str) -> Examples:
+        """Where examples are: one pass over the text for the words that introduce them."""
+        lowered = t.lower()
+        if not any(w in lowered for w in EXAMPLE_LITERALS):
+            return Examples(t, [], [], [])
+        p = self.patterns
+        return Examples(t, [m.end() for m in p.example_inline.finditer(t)],
+                        [m.end() for m in p.example_label.finditer(t)], list(positions(t, "\n\n")))
 
     def _cued(self, t: str, start: int) -> bool:
         before = t[max(0, start - 40):start]

@@ -28,11 +28,23 @@ TOLL_FREE_NANP = frozenset({"800", "888", "877", "866", "855", "844", "833"})
 TOLL_FREE_PREFIXES = ("400", "800", "0120", "0800", "0570", "+1800", "+1888", "+1877", "+1866",
                       "+1855", "+1844", "+1833", "+86400", "+86800", "+81120", "+81800")
 DOC_NETWORKS = ("192.0.2.", "198.51.100.", "203.0.113.")
+FIXED_ADDRESSES = frozenset({"169.254.169.254", "169.254.170.2", "168.63.129.16",
+                             "100.100.100.200"})
+"""Cloud metadata and platform endpoints: the same address in every request."""
+PRIVATE_CONFIDENCE = 0.45
+"""A private or link-local address (``10.0.0.2``) names a host of the app's own network, the
+same for every user, more often than a client: below the warning level."""
+EXAMPLE_UUIDS = frozenset({"123e4567-e89b-12d3-a456-426614174000",
+                           "550e8400-e29b-41d4-a716-446655440000"})
+"""The UUIDs that documentation uses as examples (RFC 4122's, Wikipedia's)."""
+HEX_LITERAL = re.compile(r"0[xX][0-9A-Fa-f]{1,16}(?:[uU]?[lL]{0,2}|[lL]{1,2}[uU])")
+"""A code constant such as ``0x9E3779B97F4A7C15ULL``: a machine word, with C's suffixes."""
 SESSION_PREFIXES = frozenset({"sess", "session", "conv", "thread"})
 SECRET_PREFIXES = frozenset({"sk", "pk", "key"})
 RECORD_PREFIXES = frozenset({"ord", "order", "inv", "acct", "cus", "sub", "txn"})
 """Prefixes of a business record's number (``INV-000731``): a ``record_id``, unless the body
 is random (then the id was minted per request)."""
+SHARED_NETWORK = ipaddress.IPv4Network("100.64.0.0/10")
 CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 ULID_WINDOW_DAYS = 5 * 365
@@ -66,8 +78,8 @@ class Identifiers:
 
     def uuid(self, match: re.Match[str], now: float) -> Hit | None:
         text = match.group(0).lower()
-        if set(text) <= {"0", "-"} or set(text) <= {"f", "-"}:
-            return None  # nil and max UUIDs are constants
+        if set(text) <= {"0", "-"} or set(text) <= {"f", "-"} or text in EXAMPLE_UUIDS:
+            return None  # nil and max UUIDs, and documentation's examples, are constants
         version, variant = text[14], text[19]
         if variant not in "89ab" or version not in "12345678":
             return Hit("uuid", match.start(), match.end(), 0.7, "UUID-shaped id")
@@ -177,8 +189,12 @@ class Identifiers:
         octets = [int(p) for p in text.split(".")]
         if any(o > 255 for o in octets) or version.search(before):
             return None
-        if text.startswith(DOC_NETWORKS) or octets[0] in (0, 127, 255):
+        if text.startswith(DOC_NETWORKS) or octets[0] in (0, 127, 255) or text in FIXED_ADDRESSES:
             return None
+        address = ipaddress.IPv4Address(text)
+        if address.is_private or address.is_link_local or address in SHARED_NETWORK:
+            return Hit("ip", match.start(), match.end(), PRIVATE_CONFIDENCE,
+                       "IPv4, private network")
         return Hit("ip", match.start(), match.end(), 0.8, "IPv4")
 
     def ipv6(self, match: re.Match[str]) -> Hit | None:
@@ -229,6 +245,8 @@ class Identifiers:
         text = match.group(0).rstrip("=")
         if all(c in HEX_DIGITS for c in text):
             return None  # hex strings are the hex-id family's (and checksums are fixed text)
+        if HEX_LITERAL.fullmatch(text):
+            return None  # a constant in a code snippet
         if not self.looks_random(text):
             return None
         return Hit("nonce", match.start(), match.end(), 0.8, "random-looking string")

@@ -47,3 +47,21 @@ def name_ja(match: re.Match[str]) -> Hit | None:
     if name.endswith(JA_NOT_NAME_ENDINGS):
         return None
     return Hit("name", match.start(group), match.end(group), 0.75)
+
+
+def username(match: re.Match[str]) -> Hit | None:
+    """A username after its name: one with a digit, ``_`` or ``.`` in it (``jdoe_88``,
+    ``maria.lopez``); a plain word there is more often the prompt's own ("Login: required")."""
+    value = match["value"]
+    if value.isdigit() or not any(c.isdigit() or c in "._" for c in value):
+        return None
+    return Hit("name", match.start("value"), match.end("value"), 0.75, "username")
+
+
+def handle(match: re.Match[str], cued: bool) -> Hit | None:
+    """``@maria_lopez88``: with a digit and a word of letters, or after a cue ("Twitter:
+    @maria_lopez"); ``@v2`` or ``@sha256`` is not a person's."""
+    value = match["value"]
+    if not (cued or (any(c.isdigit() for c in value) and sum(c.isalpha() for c in value) >= 4)):
+        return None
+    return Hit("name", match.start(), match.end(), 0.75, "username")

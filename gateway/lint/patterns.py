@@ -23,7 +23,7 @@ MONTH_NAMES = (
     "january jan enero ene janvier janv januar jän",
     "february feb febrero février févr fevrier februar",
     "march mar marzo mars märz maerz",
-    "april apr abril avril",
+    "april apr abril abr avril avr",
     "may mayo mai",
     "june jun junio juin juni",
     "july jul julio juillet juil juli",
@@ -31,10 +31,16 @@ MONTH_NAMES = (
     "september sep sept septiembre septembre",
     "october oct octubre octobre oktober okt",
     "november nov noviembre novembre",
-    "december dec diciembre décembre decembre dezember dez")
+    "december dec diciembre dic décembre déc decembre dezember dez")
 MONTHS: dict[str, int] = {name: number for number, names in enumerate(MONTH_NAMES, start=1)
                           for name in names.split()}
-"""Month names and abbreviations (en, es, fr, de), lower case -> month number."""
+"""Month names and abbreviations (en, es, fr, de), lower case -> month number. (Spanish
+``ago`` for agosto is left out: "3 ago" would read English "ago" as August.)"""
+MONTH_ABBREVIATIONS = frozenset(
+    name for name, number in MONTHS.items() if name != "may" and any(
+        other != name and other.startswith(name) and MONTHS[other] == number for other in MONTHS))
+"""Names that are short for a longer one (``Dec``, ``sept``, ``dic``): a dot after them is
+theirs; after a full name (``December.``) it ends the sentence."""
 
 WEEKDAY_NAMES = (
     "monday mon lunes lundi montag",
@@ -79,15 +85,35 @@ NAME_LITERALS = ("name", "hello", "hi ", "hey ", "dear ", "welcome", "talking to
                  "お客様", "ユーザー", "利用者", "会員", "氏名", "名前", "様", "さん")
 
 COUNTER_LITERALS = ("#", "remaining", "left", "used", "balance", "credit", "quota", "visit",
-                    "attempt", "retry", "turn", "try", "round", "iteration",
-                    "number", "no.", "count", "index", "today", "you have",
-                    "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り")
+                    "attempt", "retry", "turn", "try", "round", "iteration", "step", "queue",
+                    "number", "no.", "count", "index", "today", "you have", "seed", "stock",
+                    "ungelesen", "neue ", "non lu", "nouveaux", "nouvelles", "sin leer",
+                    "nuevos", "no leídos",
+                    "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り", "未读", "未讀", "未読")
+
+FUTURE_LITERALS = ("ends in", "expires in", "renews in", "closes in", "starts in", "begins in",
+                   "runs out in", "left in", "remaining in", "left on", "remaining on")
+"""Seeds for a time to go on a subscription or an offer ("The trial ends in 5 days")."""
 
 RECORD_CUES = (
     "order|account|acct|ticket|case|invoice|booking|reservation|confirmation|tracking|policy"
     "|claim|membership|member|customer|loyalty|reference|ref|transaction|txn|shipment|parcel"
     "|contract|subscription|card|application|incident|loan|patient|employee|student|user")
 """Words before an order, account or ticket number ("order ORD-2024-88812", "Ticket #4821")."""
+INTL_RECORD_CUES = (
+    "bestellnummer|bestell-nr\\.?|kundennummer|kunden-nr\\.?|auftragsnummer|rechnungsnummer"
+    "|vertragsnummer|sendungsnummer|buchungsnummer|vorgangsnummer|ticketnummer|kontonummer"
+    "|mitgliedsnummer|fallnummer"
+    "|(?:numéro|numero|n°|no\\.?)\\ de\\ (?:commande|client|compte|dossier|facture|suivi"
+    "|réservation|reservation|ticket|contrat|membre|colis)"
+    "|(?:número|numero|n°|no\\.?)\\ de\\ (?:pedido|cliente|cuenta|factura|seguimiento|reserva"
+    "|ticket|contrato|orden|caso|socio|envío|envio)")
+"""German, French and Spanish names of those numbers ("Bestellnummer", "Numéro de commande",
+"Número de pedido"); ``nº`` folds to ``no`` under NFKC."""
+USERNAME_LITERALS = ("username", "user name", "user_name", "user id", "user_id", "userid",
+                     "user-id", "login", "handle", "screen name", "screen_name", "benutzername",
+                     "nom d'utilisateur", "nombre de usuario")
+"""Seeds for a username after its name ("Username: maria.lopez", "user_id: jdoe_88")."""
 CJK_RECORD_CUES = (
     "订单号|订单|账号|账户|帐号|帳號|工单|单号|会员号|会员卡号|卡号|客户编号|编号|流水号|合同号"
     "|保单号|预订号|运单号|快递单号|注文番号|会員番号|お問い合わせ番号|予約番号|口座番号|伝票番号"
@@ -137,6 +163,13 @@ class PatternSet:
                  (?:,?\ {{1,2}}(?:de\ )?(?P<y2>[12][0-9]{{3}}))?
               |,?\ {{1,2}}(?P<y1>[12][0-9]{{3}}))?
             (?![{_A}]|[.:][0-9])""", flags)
+        self.dash_month_date = re.compile(rf"""
+            (?<![{_A}./-])(?P<d>[0-9]{{1,2}})(?P<sep>[-/])(?P<mon>[A-Za-z]{{3,9}})(?P=sep)
+            (?P<y>[12][0-9]{{3}})(?![{_A}]|[-/.:][0-9])""", flags)
+        """``7-Dec-2026``, ``07/Dec/2026`` (logs, Oracle, Apache)."""
+        self.french_time = re.compile(
+            rf"(?<![{_A}:.])(?P<h>[0-9]{{1,2}})h(?P<mi>[0-5][0-9])(?![{_A}]|[.:][0-9])")
+        """``14h32``: the French way to write a time of day (a bare ``9h`` is a schedule's)."""
         self.month_before = re.compile(r"(?P<mon>[^\W\d_]{3,10})\.?\ {1,2}$")
         self.cjk_date = re.compile(r"""
             (?<![0-9])
@@ -235,9 +268,54 @@ class PatternSet:
                 |(?:login|visit|session)\ count)\ ?[:=]\ ?[$€£¥]?
               |you\ have\ (?=[0-9]{{1,9}}\ (?:new|unread|pending)\ [a-z]+)
               |you\ have\ (?=[0-9]{{1,9}}\ (?:messages|requests|credits|questions|queries|calls
-                |tokens|attempts)\ (?:left|remaining)))
+                |tokens|attempts)\ (?:left|remaining))
+              |(?:retry|retries|step)\ ?(?:\#|no\.|number|count|counter|index)\ ?:?\ ?\#?
+              |(?:queue\ position|position\ in\ (?:the\ )?queue|place\ in\ (?:the\ )?queue
+                |(?:in\ )?stock(?:\ level)?|inventory)\ ?[:=]\ ?)
             (?P<n>[0-9](?:[0-9,]{{0,12}}[0-9])?(?:\.[0-9]{{1,4}})?)
             (?![{_A}]|[.,:/-][0-9])""", flags | re.IGNORECASE)
+        self.counter_progress = re.compile(rf"""
+            (?<![A-Za-z])
+            (?:(?:this\ is|you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?
+                (?:attempt|retry|try|turn|round|iteration)\ (?P<n1>[0-9]{{1,6}})
+              |(?:you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?step
+                \ (?P<n3>[0-9]{{1,6}})
+              |this\ is\ (?:the\ )?step\ (?P<n4>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9])
+              |(?:attempt|retry|try)\ (?P<n2>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9]))
+            (?![{_A}]|[.,:-][0-9])""", flags | re.IGNORECASE)
+        """Where a run is now: "This is attempt 3 of 5", "Attempt 3/5", "You are on step 4"
+        ("(This is) step 1 of the setup guide" names a fixed part of a manual)."""
+        self.counter_amount = re.compile(r"""
+            (?<![A-Za-z0-9.,])
+            (?:only\ (?P<n1>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
+                (?:left|remaining)(?![A-Za-z])
+              |(?P<n2>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
+                (?:left|remaining)\ in\ stock(?![A-Za-z])
+              |(?P<n3>[0-9]{1,6})\ (?=(?:ungelesene|neue)\ (?:Nachricht|E-Mail|Mail|Mitteilung
+                |Benachrichtigung)
+                |(?:nouveaux\ |nouvelles\ )?(?:messages|notifications|e-mails|courriels|mails)
+                  \ non\ lu
+                |(?:nouveaux|nouvelles)\ (?:messages|notifications|e-mails|courriels)
+                |(?:mensajes|notificaciones|correos)\ (?:sin\ leer|nuevos|no\ le[ií]dos)
+                |nuevos\ (?:mensajes|correos|notificaciones)))""", flags | re.IGNORECASE)
+        """Amounts left and unread counts without a label: "Only 17 units left",
+        "12 ungelesene Nachrichten", "12 messages non lus", "12 mensajes sin leer"."""
+        self.seed = re.compile(rf"""
+            (?<![A-Za-z])(?:random\ seed\ ?(?:[:=]|is)?\ ?(?P<n1>[0-9]{{1,20}})
+              |seed\ ?[:=]\ ?(?P<n2>[0-9]{{4,20}}))
+            (?![{_A}]|[.,][0-9])""", flags | re.IGNORECASE)
+        """A random seed drawn per request (a short fixed one, ``seed: 42``, is config)."""
+        self.relative_future = re.compile(r"""
+            (?<![A-Za-z])(?:trial|subscription|plan|membership|offer|promotion|promo|sale
+              |discount|deal|license|licence|reservation|hold|coupon|voucher)
+            (?:\ period)?\ (?:ends|expires|renews|closes|starts|begins|runs\ out)\ 
+            (?P<r1>in\ [0-9]{1,3}\ (?:minutes?|hours?|days?|weeks?|months?))(?![A-Za-z])
+            |(?<![A-Za-z0-9])(?P<r2>[0-9]{1,3}\ (?:minutes?|hours?|days?|weeks?|months?)
+              \ (?:left|remaining))\ (?:in|on|of)\ (?:your|the|this)\ (?:free\ )?
+              (?:trial|subscription|plan|membership|offer|promotion|sale|license|licence)
+              (?![A-Za-z])""", flags | re.IGNORECASE)
+        """Time to go on the user's own trial, plan or offer: "The trial ends in 5 days",
+        "3 days left in your trial" (a policy's "links expire in 24 hours" is fixed)."""
         self.counter_position = re.compile(
             rf"(?<![A-Za-z])(?:attempt|retry|turn|try|round|iteration|visit)\ (?P<n>[0-9]{{1,6}})"
             rf"(?![{_A}]|[.,:/-][0-9]|\ (?:times|attempts|retries|turns|tries|rounds|of\ [0-9]))",
@@ -249,7 +327,10 @@ class PatternSet:
         self.counter_cjk = re.compile(r"""
             第\s?(?P<n1>[0-9]{1,6})\s?(?:次|轮|輪|回(?!答))
             |(?:剩余|还剩|已使用|已用|余额|残り)\s?[:：]?\s?(?P<n2>[0-9](?:[0-9,]{0,8}[0-9])?)
-            |(?P<n3>[0-9]{1,6})\s?回目""", flags)
+            |(?P<n3>[0-9]{1,6})\s?回目
+            |(?P<n4>[0-9]{1,6})\s?(?:条|條|封|个|個|件)(?:の)?\s?(?:新)?未[读讀読]
+            |未[读讀読](?:的)?(?:消息|信息|邮件|郵件|通知|メッセージ|メール)?\s?(?:が|は|[:：])?\s?
+              (?P<n5>[0-9]{1,6})\s?(?:条|條|封|个|個|件)?(?![0-9])""", flags)
         self.cue = re.compile(r"""
             (?:today(?:'s|’s)?(?:\ date)?|current\ (?:date|time|datetime|day|weekday)
               |day\ of\ (?:the\ )?week
@@ -265,7 +346,8 @@ class PatternSet:
             r"(?:\bv|\bver\.?|version|release|build|rev\.?|python|cuda|node|ubuntu|vllm|"
             r"torch|driver|firmware|\bos)\s{0,2}$", re.IGNORECASE)
         self.fingerprint_before = re.compile(
-            r"(?:commit|sha|sha1|sha256|md5|checksum|hash|digest|fingerprint|etag)\s{0,2}[:=#]?\s{0,2}$",
+            r"(?:commit|sha(?:-?(?:1|224|256|384|512))?|md5|checksum|hash|digest|fingerprint|etag)"
+            r"(?:\ (?:is|was))?\s{0,2}[:=#]?\s{0,2}$",
             re.IGNORECASE)
         self.name_en = re.compile(r"""
             (?:(?i:(?:user|customer|client|member|patient|student|caller|account\ holder)(?:'s|’s)?
@@ -297,9 +379,42 @@ class PatternSet:
         self.record_cue = re.compile(rf"""
             (?:(?<![A-Za-z])(?i:{RECORD_CUES})(?:[\ _-]?(?i:id|no\.?|number|num|code|ref))?
                ["']?(?:\ (?i:is))?\ ?[:=\#]?\ ?["']?
+              |(?<![A-Za-z])(?i:{INTL_RECORD_CUES})(?:\ (?i:ist|est|es))?\ ?[:=\#]?\ ?
               |(?:{CJK_RECORD_CUES})(?:号|ID|编号)?(?:是|为|は)?\s?[:：]?\s?)$""", flags)
-        self.time_range_after = re.compile(r"\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}[0-9]")
-        self.time_range_before = re.compile(r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|至|到|から)\s{0,2}$")
+        self.username = re.compile(rf"""
+            (?<![A-Za-z])(?i:user[\ _-]?name|user[\ _-]?id|login[\ _-]?(?:name|id)
+              |(?:user|twitter|instagram|telegram|social)\ handle|screen[\ _-]?name
+              |benutzername|nom\ d'utilisateur|nombre\ de\ usuario)
+            (?:\ (?i:is))?\ ?[:=]\ ?["'@]?
+            (?P<value>[{_A}](?:[{_A}]|[._-](?=[{_A}])){{1,38}})(?![{_A}_-]|\.[{_A}])""", flags)
+        """A username after its name: "Username: maria.lopez", "user_id: jdoe_88"."""
+        self.handle = re.compile(rf"""
+            (?<![{_A}._%+-])@(?P<value>[A-Za-z][{_A}_]{{1,29}})(?![{_A}_@-]|\.[{_A}])
+            """, flags)
+        """An @-handle (``@maria_lopez88``); one without a digit counts after a cue only
+        (``@dataclass``, ``@lru_cache`` are code)."""
+        self.handle_cue = re.compile(
+            r"(?i:handle|username|user|twitter|instagram|telegram|slack|mention|dm)\W{0,3}$")
+        self.example_inline = re.compile(r"""
+            (?<![A-Za-z])(?:e\.\ ?g\.|eg\.|for\ example|for\ instance|such\ as|examples?|samples?
+              |z\.\ ?b\.|par\ exemple|por\ ejemplo)(?![A-Za-z])
+            |例如|比如|例えば""", flags | re.IGNORECASE)
+        """Words that introduce an example value ("e.g. ORD-2024-88812", "the example UUID
+        ..."): the value is one fixed illustration, not the request's own."""
+        self.example_label = re.compile(r"""
+            (?<![A-Za-z])(?:examples?|samples?|few-shot\ examples?)
+            (?:\ (?:conversations?|dialog(?:ue)?s?|exchanges?|inputs?|outputs?|answers?|replies
+                |responses?|requests?|queries|query|interactions?|chats?|turns?|sessions?|usage
+                |of\ (?:an?\ |good\ |bad\ )?[A-Za-z-]{1,16}))?
+            (?:\ [0-9]{1,2})?\ ?:
+            |(?:例|示例|例子|样例|入力例|出力例)\s?[:：]""", flags | re.IGNORECASE)
+        """A label that opens a block of examples (few-shot turns): "Example:", "Examples of
+        good answers:", "Example conversation 2:", "示例：". The block runs to the next blank
+        line. ("Sample rate:" is a setting, not a label.)"""
+        self.time_range_after = re.compile(
+            r"\s{0,2}(?:-|–|—|~|～|to|until|till|à|bis|hasta|al|至|到|から)\s{0,2}[0-9]")
+        self.time_range_before = re.compile(
+            r"[0-9]\s{0,2}(?:-|–|—|~|～|to|until|till|à|bis|hasta|al|至|到|から)\s{0,2}$")
         self.temporal_gap = re.compile(
             r"(?:[\s,，、]|at|@|T|um|à|a las|le|of|de|の)*", re.IGNORECASE)
 

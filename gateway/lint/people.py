@@ -285,7 +285,8 @@ class PersonNames:
             start, word = words[index]
             surnames = 0
             while (index + 1 + surnames < len(words) and surnames < 2
-                   and _surname(words[index + 1 + surnames][1], last)):
+                   and (_surname(words[index + 1 + surnames][1], last)
+                        or (cued and index == 0 and _unlisted_surname(words[index + 1 + surnames][1])))):
                 surnames += 1
             known = word in first and (word not in WORDLIKE_FIRST or cued)
             if (known and (surnames or cued)) or (cued and index == 0 and word in last):
@@ -353,6 +354,12 @@ class PersonNames:
             if parts == 2 or line[span_end:].startswith(JA_HONORIFICS):
                 yield Hit("name", start, span_end, CJK_CONFIDENCE, "person name")
             index += parts
+
+
+def _unlisted_surname(word: str) -> bool:
+    """After a role ("the patient Emily Rosewater"), a capitalised word right after the first
+    name is its surname, listed or not, unless it is a month or a weekday."""
+    return word.lower() not in MONTHS and word.lower() not in WEEKDAYS
 
 
 def _surname(word: str, last: frozenset[str]) -> bool:

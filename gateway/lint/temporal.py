@@ -19,6 +19,7 @@ from gateway.lint.patterns import (
     ERAS,
     JA_WEEKDAYS,
     LONG_WEEKDAYS,
+    MONTH_ABBREVIATIONS,
     MONTHS,
     WEEKDAYS,
 )
@@ -129,6 +130,8 @@ def month_date(match: re.Match[str], t: str, today: dt.date,
         end = match.end("y1") if g["y1"] else match.end("day")
         if t[end - 1] == ".":
             end -= 1
+    elif not year and t[end - 1] == "." and g["mon"].lower() not in MONTH_ABBREVIATIONS:
+        end -= 1  # "7th of December.": the sentence's full stop, not an abbreviation's dot
     value = make_date(int(year) if year else today.year, month, int(g["d"]))
     if value is None and not year:
         value = make_date(2024, month, int(g["d"]))  # Feb 29 without a year is a real day
@@ -136,6 +139,14 @@ def month_date(match: re.Match[str], t: str, today: dt.date,
         return None
     confidence = 0.85 if not year else date_confidence(value, today)
     return Hit("date", start, end, confidence, value.isoformat())
+
+
+def dash_month_date(match: re.Match[str], today: dt.date) -> Hit | None:
+    """``7-Dec-2026``: day, month name, year joined by dashes or slashes."""
+    month = MONTHS.get(match["mon"].lower())
+    if month is None:
+        return None
+    return _date_hit(match, make_date(int(match["y"]), month, int(match["d"])), today)
 
 
 def cjk_date(match: re.Match[str], t: str, today: dt.date,
@@ -195,6 +206,14 @@ def clock(match: re.Match[str]) -> Hit | None:
         end = match.start("tz")
     detail = "seconds" if match["s"] else ("round" if minute % 15 == 0 else "")
     return Hit("time", match.start(), end, 0.9 if match["s"] else 0.6, detail)
+
+
+def french_clock(match: re.Match[str]) -> Hit | None:
+    """``14h32``, ``9h05``: a real time of day."""
+    hour, minute = int(match["h"]), int(match["mi"])
+    if hour > 23:
+        return None
+    return Hit("time", match.start(), match.end(), 0.6, "round" if minute % 15 == 0 else "")
 
 
 def relative_time(match: re.Match[str]) -> Hit:
