@@ -635,7 +635,8 @@ class PromptHasher:
 
 def keep_tokens(body: Mapping[str, Any]) -> int | None:
     """A request's ``truncate_prompt_tokens`` when it asks vLLM to keep that many of the
-    prompt's last tokens; None when unset or -1 (what fits the model's context: vLLM cuts
+    prompt's tokens (its last, or with ``truncation_side: "right"`` its first); None when
+    unset or -1 (what fits the model's context: vLLM cuts
     only a prompt longer than the context, which it refuses without the option)."""
     keep = body.get("truncate_prompt_tokens")
     if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 0:

@@ -48,7 +48,8 @@ HOME = "response-home"
 
 
 def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1) -> str:
-    """The model a request is for: the one it names, or the only one served.
+    """The model a request is for: the one it names, or the one base model served (under
+    one or several names; LoRA adapters aside), as vLLM picks its first served name.
 
     A model no replica has reported is a 404, unless some replica has not
     answered yet (its models are unknown): then it is a 503 with
@@ -56,10 +57,9 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
     known = pool.known_models()
     if requested is not None and requested in known:
         return requested
-    if requested is None:
-        base = [name for name in known if pool.model_parent(name) is None]  # not adapters
-        if len(base) == 1 or _aliases(pool, base):
-            return base[0]  # vLLM's default: its first served name
+    base = [name for name in known if pool.model_parent(name) is None]  # not adapters
+    if requested is None and (len(base) == 1 or _aliases(pool, base)):
+        return base[0]  # vLLM's default: its first served name
     silent = [replica for replica in pool if not replica.models]
     if silent and (requested is not None or not known):
         names = ", ".join(f"{r.id} ({r.spec.url})" for r in silent[:5])
@@ -69,7 +69,6 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
             headers={"retry-after": str(retry_after)})
     if requested is None:
         raise InvalidRequest("model: field required", param="model")
-    base = [name for name in known if pool.model_parent(name) is None]  # vLLM names these
     raise ModelNotFound(f"The model `{requested}` does not exist. "
                         f"Valid aliases: {', '.join(base)}.", param="model")
 
