@@ -258,6 +258,14 @@ class ReplicaSource(Strict):
 
     dns: str = Field(min_length=1)
     """DNS name whose addresses are the replicas (a Kubernetes headless Service)."""
+
+    @field_validator("dns")
+    @classmethod
+    def _a_name_not_a_url(cls, value: str) -> str:
+        if "/" in value or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not a DNS name (a URL is one replica's: "
+                             "--replica URL, replicas: [{url: ...}])")
+        return value
     port: int = Field(8000, ge=1, le=65535)
     """Port of each replica's HTTP server."""
     model: str | None = None

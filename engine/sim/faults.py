@@ -32,10 +32,11 @@ Several rules, comma-separated, match when any one does.
 request arrives, before answering anything: an engine that dies holding the
 request (the gateway sees its connection reset).
 
-``--cut-on``: a matching request gets its status line and half of its first body
-chunk, then its connection is closed; everything else is served: a replica's
-bug that cuts one answer short while it goes on serving (vLLM 0.32 does this to
-``GET /v1/responses/{id}?stream=true``).
+``--cut-on``: a matching request gets its status line and half of its body (a
+stream: its first event and half of the second), then its connection is closed;
+everything else is served: a replica's bug that cuts one answer short while it
+goes on serving (vLLM 0.32 does this to ``GET /v1/responses/{id}?stream=true``),
+or a replica that dies in the middle of writing an event.
 
 :class:`FaultInjector` is an ASGI middleware around the sim's app, added by
 the CLI only when a rule is given; without one the app is unchanged.
@@ -208,8 +209,9 @@ class AnswerCut(Exception):
 
 
 def _cutting(send: Send) -> Send:
-    """``send`` that passes the status line and a stream's first event (half of a whole
-    body), then raises, which makes the server close the connection mid-body."""
+    """``send`` that passes the status line and a stream's first event and half of its
+    second (half of a whole body), then raises, which makes the server close the
+    connection mid-body: as a replica dies in the middle of writing an event."""
     started = False
 
     async def cutting(message: Message) -> None:
@@ -221,8 +223,8 @@ def _cutting(send: Send) -> Send:
             started = True
             await send(message)
             return
-        if not started:  # a whole body: half of it
-            body = message.get("body", b"")
+        body = message.get("body", b"")
+        if body:  # the next event (or a whole body): half of it
             await send({"type": "http.response.body", "body": body[:len(body) // 2],
                         "more_body": True})
         log.warning("fault: cutting an answer short")

@@ -52,8 +52,8 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
     one or several names; LoRA adapters aside), as vLLM picks its first served name.
 
     A model no replica has reported is a 404, unless some replica has not
-    answered yet (its models are unknown): then it is a 503 with
-    ``retry-after``, since that replica may well serve it."""
+    answered yet (its models are unknown), or there is no replica at all: then it is
+    a 503 with ``retry-after``, since a replica still to come may well serve it."""
     known = pool.known_models()
     if requested is not None and requested in known:
         return requested
@@ -61,6 +61,11 @@ def resolve_model(pool: ReplicaPool, requested: str | None, retry_after: int = 1
     if requested is None and (len(base) == 1 or _aliases(pool, base)):
         return base[0]  # vLLM's default: its first served name
     silent = [replica for replica in pool if not replica.models]
+    if not known and not silent:  # no replica at all (DNS that resolves to none yet)
+        raise NoHealthyReplica(
+            f"no replica serves model `{requested or '(default)'}`: the gateway has no "
+            "replica yet (a --replicas-from name that resolves to no address, or every "
+            "replica left); retry shortly", headers={"retry-after": str(retry_after)})
     if silent and (requested is not None or not known):
         names = ", ".join(f"{r.id} ({r.spec.url})" for r in silent[:5])
         raise NoHealthyReplica(

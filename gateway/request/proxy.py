@@ -54,7 +54,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from starlette.responses import Response
@@ -114,6 +114,12 @@ class _FirstByteWatch:
 
     def cancel(self) -> None:
         self._handle.cancel()
+
+
+def _is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether an answer's body is server-sent events (relayed whole events at a time)."""
+    kind = headers.get("content-type") or headers.get("Content-Type") or ""
+    return kind.startswith("text/event-stream")
 
 
 def _held_failure(replica_id: str, exc: EngineError,
@@ -347,7 +353,8 @@ class Proxy:
         return RelayStream(upstream.chunks, upstream.status_code, headers, finish,
                            first=first, seen=observer.feed, drain=self.drain,
                            disconnected=disconnected, pour=upstream.pour,
-                           anthropic=exchange.route.errors == "anthropic")
+                           anthropic=exchange.route.errors == "anthropic",
+                           events=_is_event_stream(upstream.headers))
 
     @staticmethod
     def _headers(upstream: UpstreamResponse, exchange: Exchange,

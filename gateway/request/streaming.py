@@ -28,7 +28,14 @@ the request and frees its KV blocks.
 An upstream failure after the first byte cannot be retried (the client has
 part of the answer), so it ends the stream with an OpenAI-shaped error event
 that the official client raises as an ``APIError`` (on the Anthropic Messages
-API, the ``event: error`` Anthropic's SDKs raise). So does the end of the
+API, the ``event: error`` Anthropic's SDKs raise). For that event to be read,
+an event stream is relayed whole events at a time (``EventEdge``): a replica
+that dies in the middle of writing an event leaves half of it in its last
+chunk, and relayed as it came, that half and the error event made one line of
+broken JSON, which the official client raised as a ``JSONDecodeError`` (not an
+``openai`` error at all). A chunk that ends an event, as vLLM's every chunk
+does, passes untouched; the bytes after a chunk's last complete event wait
+for the rest of their event. So does the end of the
 gateway's drain period (``cut``, see ``gateway.request.drain``): a stream is never
 left as a truncated body.
 """
@@ -81,6 +88,37 @@ def error_event(status: int, message: str, type_: str, code: str,
     return b"data: " + orjson.dumps(error_body(status, message, type_, code=code)) + b"\n\n"
 
 
+class EventEdge:
+    """An event stream cut at its events' ends: ``take`` returns what of a chunk ends
+    complete events and keeps the rest until the event it starts is complete; ``rest``
+    is what is kept (the stream's end writes it, an error drops it)."""
+
+    __slots__ = ("held",)
+
+    LIMIT = 1 << 20
+    """Bytes kept at most: an "event" longer than this is not an event stream's; it goes
+    out as it comes."""
+
+    def __init__(self) -> None:
+        self.held = b""
+
+    def take(self, chunk: bytes) -> bytes:
+        if self.held:
+            chunk, self.held = self.held + chunk, b""
+        if chunk.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")) or not chunk:
+            return chunk
+        end = max((at + len(edge) for edge in (b"\n\n", b"\r\n\r\n", b"\r\r")
+                   if (at := chunk.rfind(edge)) >= 0), default=0)
+        if len(chunk) - end > self.LIMIT:
+            return chunk
+        self.held = chunk[end:]
+        return chunk[:end]
+
+    def rest(self) -> bytes:
+        held, self.held = self.held, b""
+        return held
+
+
 class StreamCut(Exception):
     """The gateway ended the stream (its drain period is over)."""
 
@@ -104,7 +142,8 @@ class RelayStream(Response):
     ``disconnected`` is the proxy's watch on the client (done when it left),
     else the relay watches ``receive`` itself. ``first``: the first chunk, already
     read from the replica (None: read it from ``chunks``); ``seen`` is called with
-    every chunk relayed, ``first`` included.
+    every chunk relayed, ``first`` included. ``events``: the body is an event stream,
+    relayed whole events at a time (``EventEdge``).
     """
 
     def __init__(
@@ -120,11 +159,13 @@ class RelayStream(Response):
         disconnected: asyncio.Future[None] | None = None,
         pour: Pour | None = None,
         anthropic: bool = False,
+        events: bool = False,
     ) -> None:
         # Not Response.__init__: it would add a content-length for an empty body.
         self.chunks = chunks
         self.pour = pour
         self.anthropic = anthropic
+        self.edge = EventEdge() if events else None
         self.first = first
         self.seen = seen
         self.status_code = status_code
@@ -169,6 +210,8 @@ class RelayStream(Response):
         self.first = None
         if self.seen is not None:
             self.seen(first)
+        if self.edge is not None:
+            first = self.edge.take(first)
         await send({"type": "http.response.body", "body": first, "more_body": True})
         self.first_sent_at = time.perf_counter()
 
@@ -201,27 +244,39 @@ class RelayStream(Response):
 
     async def _relay(self, send: Send, writer: BodyWriter | None) -> None:
         seen = self.seen or _unseen
+        edge = self.edge
         try:
             if writer is not None and self.pour is not None and writer.ready():
                 # Each chunk goes from the replica's connection to the client's as it
                 # is parsed: no task step per chunk.
                 write = writer.write
+                if edge is None:
+                    def watched(chunk: bytes) -> bool:
+                        seen(chunk)
+                        return write(chunk)
+                else:
+                    take = edge.take
 
-                def watched(chunk: bytes) -> bool:
-                    seen(chunk)
-                    return write(chunk)
+                    def watched(chunk: bytes) -> bool:
+                        seen(chunk)
+                        whole = take(chunk)
+                        return write(whole) if whole else True
 
                 await self.pour(watched, writer.drain)
             else:
                 async for chunk in self.chunks:
                     seen(chunk)
+                    if edge is not None:
+                        chunk = edge.take(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except EngineError as exc:
             payload = error_event(502, f"the replica failed mid-stream: {exc.detail}",
                                   "BadGatewayError", "upstream_stream_broken", self.anthropic)
             await send({"type": "http.response.body", "body": payload, "more_body": False})
             raise
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        # An event the replica left incomplete at the body's end goes as it came.
+        await send({"type": "http.response.body", "body": edge.rest() if edge else b"",
+                    "more_body": False})
 
 
 def _unseen(chunk: bytes) -> None:

@@ -61,3 +61,14 @@ def test_every_flag_of_every_command_says_what_it_does() -> None:
               for name, parser in parsers.items() for name, action in _actions(name, parser)
               if not action.help]
     assert not silent
+
+
+def test_serve_takes_flags_named_in_full_and_names_the_nearest(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--replicas URL`` (a natural guess) was read as ``--replicas-from URL``: a DNS
+    name that resolves to nothing, a gateway with no replica and no word why."""
+    with pytest.raises(SystemExit) as stopped:
+        serve_cli.build_parser().parse_args(["--replicas", "http://127.0.0.1:8001"])
+    assert stopped.value.code == 2
+    assert "unrecognized arguments: --replicas" in (err := capsys.readouterr().err)
+    assert "did you mean --replica?" in err

@@ -225,3 +225,12 @@ async def test_gateway_routes_to_discovered_replicas() -> None:
             served = [(await client.post("/v1/chat/completions", json=chat))
                       .json()["choices"][0]["message"]["content"] for _ in range(4)]
     assert sorted(served) == sorted([*fakes] * 2)
+
+
+def test_a_url_given_as_a_dns_name_is_refused_with_the_flag_it_belongs_to() -> None:
+    """``--replicas-from http://host:port`` resolved ``http://host`` forever, serving
+    nothing; a URL is one replica's, and the error says where it goes."""
+    from gateway.config import ConfigError
+    with pytest.raises(ConfigError, match="not a DNS name.*--replica URL"):
+        load_settings(overrides={"replicas_from": [
+            parse_source_arg("http://vllm.svc:8000", None)]}, env={})

@@ -262,3 +262,18 @@ async def test_a_gateway_fault_in_a_routed_request_is_a_json_500_and_the_next_on
         decider.decide = decide
         assert (await client.post("/v1/chat/completions", json=CHAT)).status_code == 200
     assert len(a.requests) == 1
+
+
+async def test_with_no_replica_yet_a_request_is_told_to_retry_not_that_its_model_is_unknown(
+) -> None:
+    """A gateway whose replicas come from DNS that resolves to none yet (a rollout, a
+    Service with no ready pod) has no model to name: a 503 the client retries, not a 404
+    "does not exist. Valid aliases: ." that it does not."""
+    async with gateway([]) as client:
+        named = await client.post("/v1/chat/completions", json=CHAT)
+        unnamed = await client.post("/v1/chat/completions",
+                                    json={k: v for k, v in CHAT.items() if k != "model"})
+    for response in (named, unnamed):
+        assert_openai_error(response, 503)
+        assert response.headers["retry-after"] == "1"
+        assert "no replica yet" in response.json()["error"]["message"]
