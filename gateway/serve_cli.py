@@ -239,6 +239,11 @@ def main(argv: Sequence[str]) -> int:
     unchecked = names_notice(unchecked_scripts()) if settings.lint.enabled else None
     if unchecked:  # the names extra is missing: said once, here and in the linter's output
         logging.getLogger("prefixgate").warning("prompt linter: %s", unchecked)
+    # A SIGTERM before the server runs exits through the ExitStack, which stops the
+    # embedded replicas: while they start (a minute for vLLM on CPU) too, where its
+    # default action ended this process alone and left them running. Once the server
+    # runs, it drains on SIGTERM and returns (gateway.server.http).
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     with contextlib.ExitStack() as stack:
         embedded = not settings.replicas and not settings.replicas_from
         if embedded:
@@ -255,9 +260,5 @@ def main(argv: Sequence[str]) -> int:
             return 2
         if workers > 1:  # this process supervises; the workers serve (gateway.server.workers)
             return run_workers(settings, workers, bind_all(settings))
-        # A SIGTERM before the server runs exits through the ExitStack (which
-        # stops the embedded replicas); once it runs, the server drains on it
-        # and returns (gateway.server.http).
-        signal.signal(signal.SIGTERM, _exit_on_signal)
         serve_app(app, settings)
     return 0

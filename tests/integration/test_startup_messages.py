@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -87,3 +89,51 @@ def test_a_configured_tokenizer_that_is_not_one_stops_start_up(tmp_path: Path) -
     assert missing_template.returncode == 2
     assert ("chat template file /nonexistent/template.jinja does not exist "
             "(--chat-template / models[].chat_template)") in missing_template.stderr
+
+
+
+def _state(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and parent (from /proc); None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def _children(pid: int) -> list[int]:
+    return [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+            and (state := _state(int(entry.name))) is not None and state[1] == pid
+            and state[0] != "Z"]
+
+
+def _alive(pid: int) -> bool:
+    state = _state(pid)
+    return state is not None and state[0] != "Z"
+
+
+def test_a_sigterm_while_embedded_replicas_start_stops_them_too() -> None:
+    """``docker stop`` or a supervisor's SIGTERM during the embedded replicas' start-up
+    (a minute for vLLM on CPU) ended the gateway alone: its replicas, each in a session
+    of its own, ran on holding their memory and ports."""
+    proc = subprocess.Popen([sys.executable, "-m", "gateway.cli", "serve", "--embedded", "sim",
+                             "--port", str(free_port())], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(children) < 2:  # both replicas spawned, still loading
+            assert time.monotonic() < deadline and proc.poll() is None, "no replicas started"
+            time.sleep(0.02)
+            children = _children(proc.pid)
+        proc.terminate()
+        output = proc.communicate(timeout=30)[0].decode()
+        assert "serving on" not in output  # it was still starting them
+        wait_until(lambda: not any(_alive(pid) for pid in children), 15,
+                   "the replicas stopped with the gateway")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in children:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
