@@ -402,3 +402,29 @@ def test_the_command_answers_the_n_question_in_text_json_and_a_plot(
     twice = json.loads(capsys.readouterr().out)
     assert twice["speed"] == 2 and twice["replays"][0]["replicas"] == 2
     assert replay_cli.main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_the_documented_glob_takes_the_rotated_files_and_not_the_key_beside_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``prefixgate replay trace.jsonl*`` (the docs' command) also matched the secret the
+    gateway keeps in ``trace.jsonl.key``, and stopped on "trace line 1" of no named file."""
+    from gateway.trace.writer import load_secret
+    trace = tmp_path / "trace.jsonl"
+    items = conversations(rate=30.0, groups=4, turns=4).items
+    for path, part in ((tmp_path / "trace.jsonl.1", items[:8]), (trace, items[8:])):
+        with path.open("wb") as handle:
+            for item in part:
+                handle.write(TraceLine(int(item.arrival * 1000), item.input_length,
+                                       item.output_length, item.hash_ids, 16).encode())
+    load_secret(None, trace)  # what a recording gateway writes beside its trace
+    latency = tmp_path / "model.json"
+    model().write(latency)
+    files = sorted(str(p) for p in tmp_path.glob("trace.jsonl*"))
+    assert len(files) == 3
+    assert replay_cli.main([*files, "--latency-model", str(latency), "--replicas", "2",
+                            "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["replays"][0]["requests"] == len(items)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("not a trace line\n")
+    assert replay_cli.main([str(broken), "--latency-model", str(latency)]) == 2
+    assert f"{broken}: trace line 1" in capsys.readouterr().err
