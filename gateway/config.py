@@ -203,7 +203,9 @@ class CapacitySettings(Strict):
 
 class ReplicaSettings(Strict):
     url: str = "http://inprocess"
-    """Base URL of a remote replica (not used by an in-process one)."""
+    """Base URL of a remote replica (not used by an in-process one): the vLLM server's root,
+    ``http://host:8000``; a trailing ``/v1`` (the server's OpenAI base URL, as clients are
+    given it) is dropped."""
     id: str | None = None
     """Its name in headers, metrics and logs; default ``r0``, ``r1``, ... by position."""
     model: str | None = None
@@ -229,7 +231,10 @@ class ReplicaSettings(Strict):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("replica url must start with http:// or https://")
-        return value.rstrip("/")
+        value = value.rstrip("/")
+        # vLLM serves /health and /metrics at its root, never under /v1: an OpenAI base URL
+        # given as a replica's answered 404 to every probe.
+        return value.removesuffix("/v1")
 
     @model_validator(mode="after")
     def _kind_needs(self) -> ReplicaSettings:

@@ -23,6 +23,14 @@ def test_env_replicas_and_ids() -> None:
     assert [r.model for r in s.replicas] == ["qwen", "qwen"]
 
 
+def test_a_replica_given_as_its_openai_base_url_is_its_server() -> None:
+    """``--replica http://host:8000/v1`` (the URL clients are given) probed
+    ``/v1/health``, a 404 each time: the replica never joined."""
+    s = load_settings(env={"PREFIXGATE_REPLICAS": "a=http://h1:8000/v1,b=http://h2:8000/v1/,"
+                                                  "c=https://h3/vllm"})
+    assert [r.url for r in s.replicas] == ["http://h1:8000", "http://h2:8000", "https://h3/vllm"]
+
+
 @pytest.mark.parametrize("text,needle", [
     ("prot: 1\n", "prot: unknown key"),
     ("replicas:\n  - url: ftp://x\n", "replicas.0.url"),
