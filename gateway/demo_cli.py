@@ -34,6 +34,8 @@ from typing import Any
 
 import httpx
 
+from engine.cli_args import CommandParser
+
 _PARAGRAPHS = (
     ("You are the customer support assistant of Northwind Outfitters, a shop that sells "
     "outdoor equipment online and in twelve stores. Answer in a friendly, precise tone, in "
@@ -91,7 +93,7 @@ class Answered:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="prefixgate demo",
         description="Show a prefix-cache hit and what breaks it, against a running gateway "
                     "(start one with: prefixgate serve --embedded sim).")

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import difflib
 import json
 import logging
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 from engine.chat_template import chat_template_option
+from engine.cli_args import CommandParser
 from gateway.auth.keys import exposure_warning
 from gateway.config import (
     ConfigError,
@@ -41,27 +41,9 @@ from gateway.server.listen import ListenError, bind_listener
 from gateway.server.workers import resolve_workers, run_workers
 
 
-class _Parser(argparse.ArgumentParser):
-    """Flags named in full only, and an unknown one answered with the nearest known.
-
-    argparse takes any unambiguous prefix of a flag by default: ``--replicas URL``
-    was read as ``--replicas-from URL``, a DNS name that resolves to nothing, and the
-    gateway started with no replica and no word why."""
-
-    def error(self, message: str) -> NoReturn:
-        if message.startswith("unrecognized arguments:"):
-            known = [flag for action in self._actions for flag in action.option_strings]
-            for word in message.partition(":")[2].split():
-                near = difflib.get_close_matches(word.partition("=")[0], known, n=1)
-                if word.startswith("--") and near:
-                    message += f" (did you mean {near[0]}?)"
-                    break
-        super().error(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="prefixgate serve", allow_abbrev=False,
-                description="Run the prefix-cache-aware OpenAI gateway.")
+    p = CommandParser(prog="prefixgate serve",
+                      description="Run the prefix-cache-aware OpenAI gateway.")
     p.add_argument("--config", help="YAML settings file (also PREFIXGATE_CONFIG)")
     p.add_argument("--host", help="listen address (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="listen port (default 8000)")

@@ -17,6 +17,7 @@ import logging
 
 import uvicorn
 
+from engine.cli_args import CommandParser
 from engine.sim.config import SimConfig
 from engine.sim.faults import add_fault_arguments, fault_plan, with_faults
 from engine.sim.latency import LatencyModel, LatencyModelError
@@ -26,7 +27,7 @@ _DEFAULTS = SimConfig()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="prefixgate sim",
         description="A vLLM-compatible OpenAI server with a simulated engine and a real prefix cache.",
     )

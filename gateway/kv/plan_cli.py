@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from engine.cli_args import CommandParser
 from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import GIB, KvPlan, PlanInput, plan
 
@@ -29,7 +30,7 @@ COMPARED = ("auto", "fp8", "int8")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate plan", description=(
+    p = CommandParser(prog="prefixgate plan", description=(
         "KV-cache capacity per GPU for a model config and vLLM launch settings, with the "
         "arithmetic shown. Memory sizes are GiB (2**30 bytes), as vLLM logs them."))
     p.add_argument("config", help="config.json (Hugging Face format) or a model folder holding one")

@@ -20,13 +20,14 @@ from typing import Any, TextIO
 
 import yaml
 
+from engine.cli_args import CommandParser
 from gateway.kv.model import ModelShape, PlanError, load_config
 from gateway.kv.plan import KvPlan, plan
 from gateway.kv.profiles import PROFILES, Profile, UnknownProfile, get_profile
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate profiles",
+    p = CommandParser(prog="prefixgate profiles",
                                 description="Named vLLM launch profiles.")
     p.add_argument("--json", action="store_true", help="print JSON")
     sub = p.add_subparsers(dest="action")

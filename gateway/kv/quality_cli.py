@@ -38,6 +38,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from engine.cli_args import CommandParser
 from engine.pool.scrape import parse_vllm_metrics
 from engine.vllm.kv_emulation.process import EmulationSpec, running_emulation
 from engine.vllm.local import ReplicaStartError
@@ -57,7 +58,7 @@ from gateway.kv.quality_report import Report, as_dict, render
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="prefixgate kv-quality", description=(
+    p = CommandParser(prog="prefixgate kv-quality", description=(
         "Quality gate for a quantized KV cache: baseline vs candidate endpoint."))
     p.add_argument("--baseline", help="base URL of the baseline (e.g. --kv-cache-dtype auto)")
     p.add_argument("--candidate", help="base URL of the candidate (the quantized KV cache)")

@@ -40,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from engine.cli_args import CommandParser
 from engine.tokenizer import RenderError, bundled_qwen_tokenizer_dir, load_renderer
 from gateway.lint.batch import BatchLinter
 from gateway.lint.detect import Detector
@@ -65,7 +66,7 @@ class Linted:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="prefixgate lint",
         description="Find what in your prompts breaks vLLM prefix caching.",
         epilog="exit status: 0 no warning, 1 warnings found, 2 a file could not be linted")

@@ -29,6 +29,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from engine.cli_args import CommandParser
 from engine.sim.config import SimConfig
 from engine.sim.latency import LatencyModel, LatencyModelError, LatencyParams
 from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capacity
@@ -63,7 +64,7 @@ def option(text: str) -> tuple[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="prefixgate replay",
         description="Replay a recorded trace on N simulated replicas: hit rate, TTFT, TPOT, "
                     "throughput and load per replica; or the smallest N that meets a TTFT "

@@ -37,6 +37,7 @@ from typing import TextIO
 
 import httpx
 
+from engine.cli_args import CommandParser
 from gateway.replay.fit import Fit, FitError, fit_latency
 from gateway.replay.report import seconds
 from gateway.replay.scrape import Reading, parse_reading
@@ -45,7 +46,7 @@ from gateway.trace.format import TraceFormatError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="prefixgate fit",
         description="Fit the simulator's latency model to live vLLM replicas from their "
                     "metrics, while they serve traffic.")

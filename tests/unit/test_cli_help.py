@@ -50,13 +50,18 @@ def _actions(name: str, parser: argparse.ArgumentParser) -> list[tuple[str, argp
     return found
 
 
-def test_every_flag_of_every_command_says_what_it_does() -> None:
+def _parsers() -> dict[str, argparse.ArgumentParser]:
     parsers = {"serve": serve_cli.build_parser(), "sim": sim_cli.build_parser(),
                "lint": lint_cli._parser(), "plan": kv_plan_cli._parser(),
                "kv-quality": kv_quality_cli._parser(), "profiles": profiles_cli._parser(),
                "demo": demo_cli._parser(), "fit": fit_cli._parser(),
                "replay": replay_cli._parser()}
     assert set(parsers) == {name for name, _, _ in cli.COMMANDS}
+    return parsers
+
+
+def test_every_flag_of_every_command_says_what_it_does() -> None:
+    parsers = _parsers()
     silent = [f"{name} {action.option_strings or action.dest}"
               for name, parser in parsers.items() for name, action in _actions(name, parser)
               if not action.help]
@@ -72,3 +77,21 @@ def test_serve_takes_flags_named_in_full_and_names_the_nearest(
     assert stopped.value.code == 2
     assert "unrecognized arguments: --replicas" in (err := capsys.readouterr().err)
     assert "did you mean --replica?" in err
+
+
+def test_no_command_takes_a_flag_by_a_prefix_of_its_name(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A prefix that names one flag today can name another after a release; each command
+    (and each subcommand) takes its flags in full, and says which one was meant."""
+    def every(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [sub for action in parser._actions
+                if isinstance(action, argparse._SubParsersAction)
+                for sub in action.choices.values()]
+        return [parser, *(p for sub in subs for p in every(sub))]
+
+    for name, parser in _parsers().items():
+        for each in every(parser):
+            assert not each.allow_abbrev, f"{name}: {each.prog}"
+    with pytest.raises(SystemExit):
+        _parsers()["sim"].parse_args(["--time-scal", "2"])
+    assert "did you mean --time-scale?" in capsys.readouterr().err
