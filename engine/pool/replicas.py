@@ -539,7 +539,15 @@ class ReplicaPool:
         except (orjson.JSONDecodeError, AttributeError):
             return
         replica.model_cards = {str(card["id"]): card for card in cards}
-        replica.served_models = tuple(replica.model_cards)
+        served = tuple(replica.model_cards)
+        configured = replica.spec.model
+        if configured and served and configured not in served \
+                and served != replica.served_models:
+            # Said once per list it reports: requests for the configured name get 404.
+            log.warning("replica %s serves %s, not the configured model %r (--model, "
+                        "replicas[].model): requests for %r get 404 until they agree",
+                        replica.id, ", ".join(served), configured, configured)
+        replica.served_models = served
 
     def model_root(self, model: str) -> str | None:
         """What a replica serving ``model`` reports as its root (the first that does)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from policies.block_table import default_backend
-from tests.integration.conftest import MODEL, sim_args
+from tests.integration.conftest import MODEL, gateway_settings, running_sims, sim_args
 from tests.support.gateway import GatewayProcess
 from tests.support.ports import free_port
 from tests.support.sim import SimProcess
@@ -137,3 +137,23 @@ def test_a_sigterm_while_embedded_replicas_start_stops_them_too() -> None:
         for pid in children:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_replica_serving_another_name_than_configured_is_said_once() -> None:
+    """``--model qwen`` in front of a replica serving ``qwen2.5``: every request for
+    ``qwen`` was a 404, and nothing at start-up said why."""
+    with running_sims([sim_args(0)]) as sims:
+        settings = gateway_settings(sims)
+        settings["replicas"][0]["model"] = "other-name"
+        gateway = GatewayProcess(settings).start(wait_ready=False)  # never ready: no
+        try:                                                           # replica serves it
+            wait_until(lambda: "serves" in gateway.log(), 30, "the mismatch named")
+            assert (f"replica s0 serves {MODEL}, not the configured model 'other-name'"
+                    in gateway.log())
+            for _ in range(2):
+                chat = httpx.post(gateway.url + "/v1/chat/completions", timeout=10, json={
+                    "model": "other-name", "messages": [{"role": "user", "content": "hi"}]})
+                assert chat.status_code == 404
+            assert gateway.log().count("not the configured model") == 1
+        finally:
+            gateway.stop()
