@@ -473,7 +473,20 @@ class Settings(Strict):
     """The policy's typed options (an unknown one is an error naming the known ones); see
     Policies."""
     replicas: list[ReplicaSettings] = Field(default_factory=list)
-    """The replicas, each a mapping (below). None and no ``replicas_from``: the embedded default."""
+    """The replicas, each a mapping (below), or a URL (``ID=URL``) as ``--replica`` takes it.
+    None and no ``replicas_from``: the embedded default."""
+
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _urls_are_replicas(cls, value: Any) -> Any:
+        """``replicas: [http://a:8000, b=http://b:8000]`` (or one comma-separated string, as
+        ``PREFIXGATE_REPLICAS``) as the flags take them."""
+        if isinstance(value, str):
+            value = [part for part in value.split(",") if part.strip()]
+        if isinstance(value, list):
+            return [parse_replica_arg(item, None) if isinstance(item, str) else item
+                    for item in value]
+        return value
     replicas_from: list[ReplicaSource] = Field(default_factory=list)
     """Replica sources beside the static list: DNS names whose addresses are replicas."""
     models: list[ModelSettings] = Field(default_factory=list)

@@ -31,6 +31,19 @@ def test_a_replica_given_as_its_openai_base_url_is_its_server() -> None:
     assert [r.url for r in s.replicas] == ["http://h1:8000", "http://h2:8000", "https://h3/vllm"]
 
 
+def test_replicas_written_as_urls_in_the_file_are_replicas(tmp_path) -> None:
+    """``replicas: [http://a:8000]``, the flags' form in the file, was "Input should be a
+    valid dictionary"."""
+    path = tmp_path / "gw.yaml"
+    path.write_text("replicas:\n  - http://a:8000\n  - b=http://b:8000/v1\n")
+    s = load_settings(str(path), env={})
+    assert [(r.id, r.url) for r in s.replicas] == [(None, "http://a:8000"), ("b", "http://b:8000")]
+    assert s.replica_ids() == ["r0", "b"]
+    path.write_text("replicas: http://a:8000,http://c:8000\n")
+    assert [r.url for r in load_settings(str(path), env={}).replicas] == [
+        "http://a:8000", "http://c:8000"]
+
+
 @pytest.mark.parametrize("text,needle", [
     ("prot: 1\n", "prot: unknown key"),
     ("replicas:\n  - url: ftp://x\n", "replicas.0.url"),
