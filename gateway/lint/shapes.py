@@ -24,8 +24,8 @@ the Messages API has (``MESSAGES_API_BLOCKS``); a chat request has neither.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.api_shapes import BILLING_HEADER, anthropic_chat, anthropic_message, anthropic_system
@@ -75,9 +75,13 @@ class ChatForm:
     """(chat message, tool call) -> the path of the ``tool_use`` block's ``input``."""
     tools: dict[int, int]
     """A chat tool's index -> the body's."""
+    images: dict[str, str] = field(default_factory=dict)
+    """A chat image part's path -> the path of the ``image`` block it was made from."""
 
     def origin(self, path: str, start: int, end: int) -> tuple[str, int, int]:
         """A chat request's path and offsets as the body's."""
+        if path in self.images:
+            return self.images[path], start, end
         pieces = self.pieces.get(path)
         if pieces:
             index = max(0, next((i for i, p in enumerate(pieces) if p.at > start),
@@ -110,9 +114,9 @@ def chat_form(body: dict[str, Any]) -> ChatForm | None:
     given: list[dict[str, Any]] = body["messages"]
     converted: list[dict[str, Any]] = chat["messages"]
     fields: dict[int, list[tuple[str, str]]] = {}
-    for field in text_fields(chat):
-        if field.message is not None:
-            fields.setdefault(field.message, []).append((field.path, field.text))
+    for text_field in text_fields(chat):
+        if text_field.message is not None:
+            fields.setdefault(text_field.message, []).append((text_field.path, text_field.text))
     pieces: dict[str, tuple[Piece, ...]] = {}
     messages: dict[int, int] = {}
     first = 0
@@ -121,6 +125,7 @@ def chat_form(body: dict[str, Any]) -> ChatForm | None:
         for path, text in fields.get(0, []):
             pieces[path] = tuple(_pieces(text, _system_texts(body), set()))
     calls: dict[tuple[int, int], str] = {}
+    images: dict[str, str] = {}
     for index, message in enumerate(given):
         if message["role"] == "system":
             continue
@@ -128,8 +133,10 @@ def chat_form(body: dict[str, Any]) -> ChatForm | None:
         anthropic_message(message, made)  # how many chat messages vLLM makes of it
         texts, used = _texts(message, f"messages[{index}]"), set[int]()
         uses = _tool_uses(message, f"messages[{index}]")
+        sources = _images(message, f"messages[{index}]")
         for chat_index in range(first, first + len(made)):
             messages[chat_index] = index
+            images.update(_image_paths(converted[chat_index], chat_index, sources))
             for path, text in fields.get(chat_index, []):
                 found = tuple(_pieces(text, texts, used))
                 if found:
@@ -141,7 +148,7 @@ def chat_form(body: dict[str, Any]) -> ChatForm | None:
     tools = body.get("tools")
     numbers = [i for i, tool in enumerate(tools) if isinstance(tool, dict)] \
         if isinstance(tools, list) else []
-    return ChatForm(chat, pieces, messages, calls, dict(enumerate(numbers)))
+    return ChatForm(chat, pieces, messages, calls, dict(enumerate(numbers)), images)
 
 
 def _system_texts(body: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -190,6 +197,38 @@ def _tool_uses(message: Mapping[str, Any], path: str) -> list[str]:
     return [f"{path}.content[{k}].input" for k, block in enumerate(
         content if isinstance(content, list) else ())
         if isinstance(block, Mapping) and block.get("type") == "tool_use"]
+
+
+def _images(message: Mapping[str, Any], path: str) -> list[tuple[str, Any]]:
+    """A message's image blocks (in tool results too), with their paths and sources."""
+    content = message.get("content")
+    out: list[tuple[str, Any]] = []
+    for k, block in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(block, Mapping):
+            continue
+        if block.get("type") == "image":
+            out.append((f"{path}.content[{k}]", block.get("source")))
+        inner = block.get("content") if block.get("type") == "tool_result" else None
+        out += [(f"{path}.content[{k}].content[{m}]", item.get("source"))
+                for m, item in enumerate(inner if isinstance(inner, list) else ())
+                if isinstance(item, Mapping) and item.get("type") == "image"]
+    return out
+
+
+def _image_paths(message: Mapping[str, Any], index: int,
+                 sources: list[tuple[str, Any]]) -> Iterator[tuple[str, str]]:
+    """Each image part of a chat message with the path of the block whose source it is
+    (a URL, or base64 data as a data URL); the blocks found are taken out of ``sources``."""
+    content = message.get("content")
+    for p, part in enumerate(content if isinstance(content, list) else ()):
+        url = part.get("image_url", {}).get("url") if part.get("type") == "image_url" else None
+        for found, (path, source) in enumerate(sources):
+            if isinstance(url, str) and isinstance(source, Mapping) and (
+                    source.get("url") == url or (isinstance(source.get("data"), str)
+                                                 and url.endswith(";base64," + source["data"]))):
+                yield f"messages[{index}].content[{p}]", path
+                del sources[found]
+                break
 
 
 def _pieces(text: str, texts: Sequence[tuple[str, str]], used: set[int]) -> list[Piece]:

@@ -92,3 +92,43 @@ def test_a_chat_request_is_read_as_before(tmp_path: Path,
                          {"role": "user", "content": "hi"}]}
     code, report, _ = lint(tmp_path, capsys, body)
     assert code == 1 and report["findings"][0]["path"] == "messages[0].content"
+
+
+# -- media parts -----------------------------------------------------------------------------
+
+MEDIA = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+         {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
+         {"type": "file", "file": {"file_id": "file-abc"}},
+         {"type": "video_url", "video_url": {"url": "https://example.com/a.mp4"}}]
+
+
+def test_media_parts_are_noted_and_the_text_beside_them_is_linted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = {"messages": [
+        {"role": "system", "content": BRIEF},
+        {"role": "user", "content": [{"type": "text", "text": "Sent 2026-11-30T15:20:00Z."},
+                                     *MEDIA]},
+        {"role": "assistant", "content": "A cat."},
+        {"role": "user", "content": [MEDIA[0], {"type": "text", "text": "And this one?"}]}]}
+    code, report, _ = lint(tmp_path, capsys, body)
+    assert code == 1  # linted (a warning), not a file that could not be linted (2)
+    found = [(f["kind"], f["severity"], f["path"], f["text"]) for f in report["findings"]]
+    assert ("timestamp", "warning", "messages[1].content[0].text",
+            "2026-11-30T15:20:00Z") in found
+    assert [item for item in found if item[0] == "media"] == [
+        ("media", "info", f"messages[1].content[{k}]", part["type"])
+        for k, part in enumerate(MEDIA, start=1)] + [
+        ("media", "info", "messages[3].content[0]", "image_url")]
+
+
+def test_an_image_block_of_a_messages_api_body_is_noted_at_its_place(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "iVBORw0KGgo="}}
+    body = {"model": "claude", "max_tokens": 64, "system": BRIEF,
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What is this?"}, image]}]}
+    code, report, _ = lint(tmp_path, capsys, body)
+    assert code == 0
+    assert [(f["kind"], f["path"]) for f in report["findings"]] == [
+        ("media", "messages[0].content[1]")]
