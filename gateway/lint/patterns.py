@@ -36,6 +36,9 @@ MONTHS: dict[str, int] = {name: number for number, names in enumerate(MONTH_NAME
                           for name in names.split()}
 """Month names and abbreviations (en, es, fr, de), lower case -> month number. (Spanish
 ``ago`` for agosto is left out: "3 ago" would read English "ago" as August.)"""
+SPANISH_AUGUST = "ago"
+"""Spanish ``ago.`` (agosto): a month only with its dot and a year after it, "7 ago. 2026"
+(``temporal.month_date``)."""
 MONTH_ABBREVIATIONS = frozenset(
     name for name, number in MONTHS.items() if name != "may" and any(
         other != name and other.startswith(name) and MONTHS[other] == number for other in MONTHS))

@@ -90,6 +90,11 @@ def test_unread_and_progress_counts_in_the_system_prompt_are_warnings(linter: Li
     ("Today is the 7th of December.", [("date", "7th of December")]),
     ("Nous sommes le 7 décembre.", [("date", "7 décembre")]),
     ("The deadline is Dec. 7.", [("date", "Dec. 7")]),
+    ("Fecha: 7 ago. 2026.", [("date", "7 ago. 2026")]),
+    ("Hoy es 7 de ago. de 2026.", [("date", "7 de ago. de 2026")]),
+    # English "ago": no month, however a year follows it
+    ("Released 7 days ago. 2026 is next.", [("relative_time", "7 days ago")]),
+    ("Fecha: 7 ago. I saw it 7 ago 2026.", []),
 ])
 def test_more_date_and_time_forms_and_no_full_stop_in_the_span(
         detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
