@@ -2,12 +2,13 @@
 
 vLLM 0.32 serves the Anthropic Messages API (``vllm/entrypoints/anthropic/serving.py``)
 and the Responses API (``vllm/entrypoints/openai/responses/utils.py``) by converting
-each request to chat messages and tools, which its chat template renders. Two parts of
-this project need that conversion exactly: the gateway's routing, which hashes the
-prompt vLLM will render (``gateway.request.prompt_shapes``), and the simulator, which
+each request to chat messages and tools, which its chat template renders. Three parts
+of this project need that conversion exactly: the gateway's routing, which hashes the
+prompt vLLM will render (``gateway.request.prompt_shapes``), the simulator, which
 answers these APIs as vLLM does (``engine.sim.anthropic_route``,
-``engine.sim.responses_api``). Both use these functions, so they agree with each other
-and are checked against vLLM once (the e2e stage compares the rendering with vLLM's own
+``engine.sim.responses_api``), and the prompt linter, which lints a Messages API body as
+that chat request (``gateway.lint.shapes``). All use these functions, so they agree with
+each other and are checked against vLLM once (the e2e stage compares the rendering with vLLM's own
 ``/v1/messages/render`` and ``/v1/responses/render``).
 
 What vLLM hands the template as ``reasoning`` (Anthropic ``thinking`` blocks, Responses
@@ -159,6 +160,48 @@ def anthropic_tools(tools: Any) -> list[dict[str, Any]]:
         "parameters": tool.get("input_schema"), "strict": tool.get("strict"),
         "defer_loading": tool.get("defer_loading")}}
         for tool in tools or [] if isinstance(tool, dict)]
+
+
+CHAT_FIELDS = ("cache_salt", "chat_template_kwargs")
+"""Members of a Messages or Responses API body that its chat request keeps as they are."""
+
+
+def anthropic_chat(body: dict[str, Any]) -> dict[str, Any] | None:
+    """A Messages API body as the chat request vLLM renders (thinking as the assistant's
+    ``reasoning``, which the template renders as vLLM hands it), or None when its
+    messages are not a non-empty list of objects with a role, or convert to none."""
+    given = body.get("messages")
+    if not isinstance(given, list) or not given or not all(
+            isinstance(message, dict) and isinstance(message.get("role"), str)
+            for message in given):
+        return None
+    messages = anthropic_messages(body)
+    if not messages:
+        return None
+    chat: dict[str, Any] = {"messages": messages}
+    tools = body.get("tools")
+    if isinstance(tools, list) and tools:
+        chat["tools"] = anthropic_tools(tools)
+    for field in CHAT_FIELDS:
+        if field in body:
+            chat[field] = body[field]
+    effort = _anthropic_effort(body)
+    if effort is not None:
+        chat["reasoning_effort"] = effort
+    return chat
+
+
+def _anthropic_effort(body: dict[str, Any]) -> Any:
+    """The ``reasoning_effort`` vLLM 0.32 renders an Anthropic request with: its
+    ``output_config.effort``, or ``"none"`` under ``thinking: {"type": "disabled"}`` (vLLM
+    uses ``"low"`` instead for a template that renders ``"none"`` as it renders an
+    effort, which the gateway does not probe for)."""
+    output = body.get("output_config")
+    effort = output.get("effort") if isinstance(output, dict) else None
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "disabled":
+        effort = "none"
+    return effort
 
 
 # -- Responses API ------------------------------------------------------------------------

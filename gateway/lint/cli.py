@@ -3,7 +3,9 @@
 Each FILE (``-`` for stdin) holds one chat request, a list of requests,
 ``{"requests": [...]}``, or a log with one request per line (or a
 ``{"body": ...}`` / ``{"request": ...}`` record per line), as JSON, JSONL
-or YAML (``.yaml`` / ``.yml``); a folder stands for the prompt files under
+or YAML (``.yaml`` / ``.yml``); an Anthropic Messages API body is linted as
+the chat request vLLM renders it (its ``system`` the system prompt, findings
+placed on its own paths); a folder stands for the prompt files under
 it (``gateway.lint.inputs``). The requests of one file are also compared
 with each other: what really varies between them. Files are linted one by
 one; a file that cannot be read is reported (where it breaks) and the
@@ -49,6 +51,7 @@ from gateway.lint.linter import Linter
 from gateway.lint.locate import join
 from gateway.lint.model import BatchReport, Finding, LintReport
 from gateway.lint.sarif import Located, Unlinted, sarif_log
+from gateway.lint.shapes import batch_in_body, in_body
 from gateway.lint.template import ClockProbe, read_template
 from gateway.lint.tokens import ByteEncoder, HFEncoder, TokenMap
 from gateway.lint.variance import Atomizer
@@ -153,10 +156,11 @@ def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
     requests = read_requests(text, name)
     report: LintReport | BatchReport
     if requests.single:
-        single = linter.lint(requests.bodies[0], block_size)
+        single = in_body(linter.lint(requests.bodies[0], block_size), requests.forms[0])
         report, singles = single, [single]
     else:
-        batch = BatchLinter(linter, Atomizer()).lint(requests.bodies, block_size)
+        batch = batch_in_body(BatchLinter(linter, Atomizer()).lint(requests.bodies, block_size),
+                              requests.forms)
         report, singles = batch, list(batch.reports)
     located = [_place(name, requests, index, finding)
                for index, single in enumerate(singles) for finding in single.findings]

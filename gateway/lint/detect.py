@@ -9,7 +9,7 @@
    words found with ``str.find``: ``@``, ``eyJ``, ``年``, relative phrases
    (``today``, ``今天``), name cues (``name``, ``Hello``, ``様``),
    username cues (``username``, ``user_id``), counter cues (``#``,
-   ``remaining``, ``attempt``, ``seed``, ``未读``, ``第``) and time-to-go
+   ``remaining``, ``attempt``, ``seed``, ``unread``, ``page``, ``未读``, ``第``) and time-to-go
    cues (``ends in``). Each kind of window runs
    only the families that can match there, and only when the characters
    they need are present.
@@ -318,10 +318,12 @@ class Detector:
             found = [group_hit(m, "n", "counter", 0.85) for m in p.counter_label.finditer(t, a, b)]
             found += [group_hit(m, "n", "counter", 0.7)
                       for m in p.counter_position.finditer(t, a, b)]
-            found += [group_hit(m, _first(m, "n1", "n2", "n3", "n4"), "counter", 0.8)
+            found += [group_hit(m, _first(m, "n1", "n2", "n3", "n4", "n5", "n6"), "counter", 0.8)
                       for m in p.counter_progress.finditer(t, a, b)]
-            found += [group_hit(m, _first(m, "n1", "n2", "n3"), "counter", 0.8)
-                      for m in p.counter_amount.finditer(t, a, b)]
+            found += [group_hit(m, _first(m, "n1", "n2", "n3", "n4"), "counter", 0.8)
+                      for m in p.counter_amount.finditer(t, a, b)
+                      if m["n4"] is None or not p.limit_before.search(t, max(0, m.start() - 16),
+                                                                      m.start())]
             found += [Hit("nonce", *m.span(g), 0.8, "random seed")
                       for m in p.seed.finditer(t, a, b) for g in [_first(m, "n1", "n2")]]
             yield from valid(t, b, found)

@@ -8,7 +8,10 @@ must hold one.
 
 A file holds one chat request, a list of them, ``{"requests": [...]}``, or
 one per line (JSONL, each a request or a ``{"body": ...}`` /
-``{"request": ...}`` record), as JSON or YAML. What cannot be read is an
+``{"request": ...}`` record), as JSON or YAML. An Anthropic Messages API body
+(top-level ``system``, content blocks) is read as the chat request vLLM renders
+it (``gateway.lint.shapes``): its ``system`` is the system prompt; its findings
+are put back on the body's own paths. What cannot be read is an
 :class:`InputError` that says where: a JSON document cut short is reported
 at the line and column where it breaks (not at line 1, where reading it as
 JSONL would have stopped), a bad JSONL record at its own line. The messages
@@ -20,12 +23,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from gateway.lint.locate import Source, json_source, yaml_source
+from gateway.lint.shapes import ChatForm, chat_form, is_messages_api
 
 PROMPT_SUFFIXES = (".json", ".jsonl", ".ndjson", ".yaml", ".yml")
 
@@ -87,6 +91,16 @@ class Requests:
     """Each request's JSON path in its ``Source`` (``[3]``, ``.requests[0]``, ``.body``)."""
     sources: list[Source]
     single: bool
+    forms: list[ChatForm | None] = field(default_factory=list)
+    """Each Messages API body's chat form (its chat request is in ``bodies``; the
+    findings go back on its paths with ``shapes.in_body``); None for a chat request."""
+
+
+def _as_chat(requests: Requests) -> Requests:
+    forms = [chat_form(body) if is_messages_api(body) else None for body in requests.bodies]
+    bodies = [body if form is None else form.chat
+              for body, form in zip(requests.bodies, forms, strict=True)]
+    return Requests(bodies, requests.prefixes, requests.sources, requests.single, forms)
 
 
 def read_requests(text: str, name: str = "") -> Requests:
@@ -100,17 +114,17 @@ def read_requests(text: str, name: str = "") -> Requests:
             problem = getattr(exc, "problem", None) or "cannot be parsed"
             raise InputError(f"not YAML ({problem})", mark.line + 1 if mark else None,
                              mark.column + 1 if mark else None) from None
-        return _document(data, source)
+        return _as_chat(_document(data, source))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data" or name.lower().endswith((".jsonl", ".ndjson")):
-            return _lines(text)  # one document per line
+            return _as_chat(_lines(text))  # one document per line
         ended = not text[exc.pos:].strip()
         raise InputError(f"not JSON ({exc.msg}" + ("; the file ends before the JSON does)"
                                                    if ended else ")"),
                          exc.lineno, exc.colno) from None
-    return _document(data, json_source(text))
+    return _as_chat(_document(data, json_source(text)))
 
 
 def _document(data: Any, source: Source) -> Requests:

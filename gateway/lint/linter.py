@@ -7,7 +7,9 @@
    a per-request value. ``field_findings`` is this step alone: cheap, no
    tokenizer, what the gateway runs on live traffic.
 2. The request is rendered with the model's chat template; a template that
-   writes the current date is found by ``template.ClockProbe``.
+   writes the current date is found by ``template.ClockProbe``. Parts that are
+   not text (an image, audio, a video, a file) are left out of that rendering,
+   each noted as a ``media`` info: vLLM turns them into tokens of its own.
 3. Every finding is placed in the rendered prompt (``layout``) and on its
    tokens (``tokens``).
 
@@ -40,9 +42,11 @@ from gateway.lint.structure import (
     TextField,
     final_start,
     leading_system,
+    media_parts,
     text_fields,
     tool_findings,
     unicode_findings,
+    without_media,
 )
 from gateway.lint.suggest import suggestion
 from gateway.lint.template import ClockProbe, TemplateSource
@@ -128,6 +132,8 @@ class Linter(FieldLinter):
         now = self.clock()
         fields = text_fields(body)
         messages = body.get("messages") or []
+        media = media_parts(body)
+        body = without_media(body, media)  # what is rendered: vLLM's own tokens for media
         rendered = self.renderer.render_chat(body) if self.renderer else ""
         layout = Layout(rendered, body, self.renderer)
         prompt = self.tokens.index(rendered)
@@ -140,6 +146,7 @@ class Linter(FieldLinter):
         findings.extend(_with_token(f, 0 if f.kind == "cache_salt" else None)
                         for f in self.request_findings(body, now))
         findings.extend(self._moved_to_front(body, fields, layout, prompt))
+        findings.extend(_media_findings(media, layout, prompt))
         span = self.probe.injected_span(self.template, body, rendered) if rendered else None
         if span is not None:
             findings.append(Finding(
@@ -188,6 +195,21 @@ class Linter(FieldLinter):
                 detail="vLLM renders it inside the system prompt at the front: this model's "
                        "chat template has no developer role"))
         return out
+
+
+def _media_findings(media: Sequence[tuple[int, int, str]], layout: Layout,
+                    prompt: PromptTokens) -> list[Finding]:
+    """One ``info`` per part that is not text: left out of the lint and of the token
+    count (vLLM expands it into tokens of its own)."""
+    out = []
+    for index, part, kind in media:
+        offset = layout.message_at.get(index)
+        out.append(Finding(
+            "media", kind, f"messages[{index}].content[{part}]", 0, 0, "info", 1.0,
+            suggestion("media", "system"),
+            token_start=prompt.token_at(offset) if offset is not None else None,
+            detail=f"{kind}: not linted, not in the token counts"))
+    return out
 
 
 def make_report(model: str | None, block_size: int, prompt_tokens: int, stable_tokens: int,

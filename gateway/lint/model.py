@@ -12,7 +12,7 @@ Severity = Literal["warning", "info"]
 
 STRUCTURE_KINDS = frozenset({
     "unstable_json", "tool_order", "unicode", "cache_salt", "template_dynamic",
-    "short_prefix", "moved_to_front"})
+    "short_prefix", "moved_to_front", "media"})
 """Finding kinds about the request's shape rather than a span of text."""
 
 

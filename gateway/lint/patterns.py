@@ -36,6 +36,9 @@ MONTHS: dict[str, int] = {name: number for number, names in enumerate(MONTH_NAME
                           for name in names.split()}
 """Month names and abbreviations (en, es, fr, de), lower case -> month number. (Spanish
 ``ago`` for agosto is left out: "3 ago" would read English "ago" as August.)"""
+SPANISH_AUGUST = "ago"
+"""Spanish ``ago.`` (agosto): a month only with its dot and a year after it, "7 ago. 2026"
+(``temporal.month_date``)."""
 MONTH_ABBREVIATIONS = frozenset(
     name for name, number in MONTHS.items() if name != "may" and any(
         other != name and other.startswith(name) and MONTHS[other] == number for other in MONTHS))
@@ -88,8 +91,13 @@ COUNTER_LITERALS = ("#", "remaining", "left", "used", "balance", "credit", "quot
                     "attempt", "retry", "turn", "try", "round", "iteration", "step", "queue",
                     "number", "no.", "count", "index", "today", "you have", "seed", "stock",
                     "ungelesen", "neue ", "non lu", "nouveaux", "nouvelles", "sin leer",
-                    "nuevos", "no leídos",
+                    "nuevos", "no leídos", "unread", "new messag", "new notif", "new mail",
+                    "new e-mail", "new email", "page", "question", "slide", "chunk", "item",
                     "第", "剩余", "还剩", "已使用", "已用", "余额", "回目", "残り", "未读", "未讀", "未読")
+
+PROGRESS_WORDS = "page|question|slide|chunk|item"
+"""What a prompt walks through one per request: "Page 3 of 10", "Question 4/10" (``step``
+has its own rules: a manual's steps are fixed)."""
 
 FUTURE_LITERALS = ("ends in", "expires in", "renews in", "closes in", "starts in", "begins in",
                    "runs out in", "left in", "remaining in", "left on", "remaining on")
@@ -281,16 +289,22 @@ class PatternSet:
               |(?:you\ are\ on|you['’]re\ on|(?:currently|now)\ on)\ (?:the\ )?step
                 \ (?P<n3>[0-9]{{1,6}})
               |this\ is\ (?:the\ )?step\ (?P<n4>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9])
-              |(?:attempt|retry|try)\ (?P<n2>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9]))
+              |(?:attempt|retry|try)\ (?P<n2>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9])
+              |(?:{PROGRESS_WORDS})\ (?P<n5>[0-9]{{1,6}})(?=\ ?(?:/|of\ )\ ?[0-9])
+              |step\ (?P<n6>[0-9]{{1,6}})(?=\ ?/\ ?[0-9]{{1,6}}(?![0-9]|\ ?:)))
             (?![{_A}]|[.,:-][0-9])""", flags | re.IGNORECASE)
-        """Where a run is now: "This is attempt 3 of 5", "Attempt 3/5", "You are on step 4"
-        ("(This is) step 1 of the setup guide" names a fixed part of a manual)."""
+        """Where a run is now: "This is attempt 3 of 5", "Attempt 3/5", "You are on step 4",
+        "Page 3 of 10", "Question 4/10", "step 2/5" ("(This is) step 1 of the setup guide"
+        names a fixed part of a manual, and so do "Step 1 of 3" and a "Step 2/5:" heading)."""
         self.counter_amount = re.compile(r"""
             (?<![A-Za-z0-9.,])
             (?:only\ (?P<n1>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
                 (?:left|remaining)(?![A-Za-z])
               |(?P<n2>[0-9](?:[0-9,]{0,8}[0-9])?)\ (?:[A-Za-z-]{1,16}\ ){0,2}
                 (?:left|remaining)\ in\ stock(?![A-Za-z])
+              |(?P<n4>[0-9]{1,6})\ (?=(?:new\ )?unread\ (?:messages?|notifications?|e-?mails?
+                |mails?|alerts?|replies|comments|chats?|DMs?)(?![A-Za-z])
+                |new\ (?:messages?|notifications?|e-?mails?|mails?)(?![A-Za-z]))
               |(?P<n3>[0-9]{1,6})\ (?=(?:ungelesene|neue)\ (?:Nachricht|E-Mail|Mail|Mitteilung
                 |Benachrichtigung)
                 |(?:nouveaux\ |nouvelles\ )?(?:messages|notifications|e-mails|courriels|mails)
@@ -299,7 +313,14 @@ class PatternSet:
                 |(?:mensajes|notificaciones|correos)\ (?:sin\ leer|nuevos|no\ le[ií]dos)
                 |nuevos\ (?:mensajes|correos|notificaciones)))""", flags | re.IGNORECASE)
         """Amounts left and unread counts without a label: "Only 17 units left",
-        "12 ungelesene Nachrichten", "12 messages non lus", "12 mensajes sin leer"."""
+        "12 unread messages", "3 new notifications", "12 ungelesene Nachrichten",
+        "12 messages non lus", "12 mensajes sin leer" (the English ones not after a limit:
+        ``limit_before``)."""
+        self.limit_before = re.compile(
+            r"(?:at\ most|up\ to|max(?:imum)?|no\ more\ than|more\ than|fewer\ than"
+            r"|less\ than|over|the\ (?:last|first|latest|top)|last|first|top)\ $",
+            re.IGNORECASE)
+        """A limit before a count ("Show at most 20 unread messages"): fixed config."""
         self.seed = re.compile(rf"""
             (?<![A-Za-z])(?:random\ seed\ ?(?:[:=]|is)?\ ?(?P<n1>[0-9]{{1,20}})
               |seed\ ?[:=]\ ?(?P<n2>[0-9]{{4,20}}))

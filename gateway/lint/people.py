@@ -9,9 +9,12 @@ with its data inside the installed package:
   ``LATIN_LOCALES`` (about 6,800 first and 6,000 last names). A name is a
   known first name followed by one or two known last names ("Maria Lopez",
   "Maria Lopez Garcia", "Maria J. Lopez"), or any capitalised words after a
-  role or title ("the customer Maria", "patient John Smith", "Dr. Okafor").
-  First names that are also common words ("Grace", "Max", "Will") count only
-  after a role or title.
+  role or title ("the customer Maria", "patient John Smith", "Dr. Okafor"),
+  or after "You are helping" (assisting, serving ...) a known first name and
+  the surname after it, listed or not ("Priya Raghunathan"), that end the
+  phrase (``_served``: "Summer Camp parents" are not a person). First names
+  that are also common words ("Grace", "Max", "Will") count only after a role,
+  a title or that cue.
 * Chinese: jieba's part-of-speech tags; a word tagged ``nr`` (person) counts
   when it starts with a common surname followed by a two-character given
   name, or a one-character one with a title after it or a role before it
@@ -76,6 +79,15 @@ ROLE_WORDS = (
     "customer|user|client|patient|member|caller|guest|student|employee|applicant|candidate"
     "|buyer|seller|tenant|traveler|traveller|passenger|subscriber|cardholder|account holder"
     "|policyholder|agent|representative|contact|recipient|sender|driver|owner")
+SERVING = (r"(?i:\b(?:you\ are|you['’]re|you\ will\ be|you['’]ll\ be)\ (?:now\ |currently\ )?"
+           r"(?:helping|assisting|serving|supporting|working\ with))")
+"""A cue for the person a conversation is about, with no role word: "You are helping
+Priya Raghunathan today" (a known first name, then any surname: ``_served``)."""
+SERVED_FOLLOWERS = frozenset(
+    ["today", "now", "with", "who", "on", "in", "at", "for", "through", "to", "about", "and",
+     "from", "as", "again", "during", "this", "until", "by", "whose"])
+"""Words that may follow the name after that cue; another lowercase word makes the
+capitalised words a modifier ("You are helping Summer Camp parents")."""
 TITLES = "Mr|Mrs|Ms|Miss|Mx|Dr|Prof|Sir|Madam|Señor|Señora|Sr|Sra|Herr|Frau|Mme|Mlle|M"
 ZH_TITLES = ("先生", "女士", "小姐", "老师", "同学", "经理", "总监", "主任", "医生", "律师",
              "阿姨", "师傅", "总", "同志", "教授", "博士", "老板", "店长", "专员")
@@ -216,7 +228,8 @@ class PersonNames:
         word = r"(?:O['’]|Mc|Mac)?[A-ZÀ-Þ][a-zß-ÿ'’-]+"
         self._words = re.compile(rf"(?<![\w@./#-]){word}(?:\ (?:[A-Z]\.\ )?{word})*")
         self._word = re.compile(word)
-        self._role = re.compile(rf"(?i:\b(?:{ROLE_WORDS})s?)(?:\ (?i:named|called))?,?\ $")
+        self._role = re.compile(rf"(?:(?i:\b(?:{ROLE_WORDS})s?)(?:\ (?i:named|called))?,?"
+                                rf"|(?P<serving>{SERVING}))\ $")
         self._title = re.compile(rf"\b(?:{TITLES})\.?\ $")
 
     def needs_loading(self, text: str) -> bool:
@@ -274,8 +287,14 @@ class PersonNames:
                 yield Hit("name", run.start(), end_start + len(end_word), CUED_CONFIDENCE,
                           "person name")
                 continue
-            cued = bool(self._role.search(text, *before))
-            yield from self._names_in(words, cued, first, last)
+            role = self._role.search(text, *before)
+            served = _served(words, text[run.end():run.end() + 24], first) if (
+                role is not None and role["serving"]) else None
+            if served is not None:
+                yield served
+                continue
+            yield from self._names_in(words, role is not None and not role["serving"], first,
+                                      last)
 
     @staticmethod
     def _names_in(words: list[tuple[int, str]], cued: bool, first: frozenset[str],
@@ -354,6 +373,25 @@ class PersonNames:
             if parts == 2 or line[span_end:].startswith(JA_HONORIFICS):
                 yield Hit("name", start, span_end, CJK_CONFIDENCE, "person name")
             index += parts
+
+
+def _served(words: list[tuple[int, str]], after: str, first: frozenset[str]) -> Hit | None:
+    """The person "You are helping" names: a known first name, and the one or two
+    capitalised words after it (its surname, listed or not), when they end the phrase:
+    punctuation, the end, or a word such as "today" or "with" after them ("You are helping
+    Grace Hopper Academy students" names a school's students)."""
+    if not words or words[0][1] not in first or len(words) > 3:
+        return None
+    if not all(_unlisted_surname(word) for _, word in words[1:]):
+        return None
+    if len(words) == 1 and words[0][1] in WORDLIKE_FIRST:
+        return None  # "You are helping Max" may be a product
+    following = after.split(maxsplit=1)
+    if after[:1].isspace() and following and following[0][:1].islower() and (
+            following[0].rstrip(".,;:!?") not in SERVED_FOLLOWERS):
+        return None
+    end_start, end_word = words[-1]
+    return Hit("name", words[0][0], end_start + len(end_word), LATIN_CONFIDENCE, "person name")
 
 
 def _unlisted_surname(word: str) -> bool:

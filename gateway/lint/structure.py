@@ -9,6 +9,10 @@ path and region:
 * ``final``   the trailing turn(s) after the last assistant message: new text
   on every request anyway, so a finding there costs no cache.
 
+``media_parts`` are the parts that are not text (images, audio, video, files):
+the linter leaves them out of what it renders (``without_media``) and notes
+each one.
+
 The shape checks need no patterns: Unicode that changes tokens without
 changing what a reader sees (``unicode_findings``), tools whose JSON is
 assembled in a different key order from one tool to the next
@@ -22,7 +26,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.tokenizer import RenderError, fold_content, template_tools
+from engine.tokenizer import TEXT_PARTS, RenderError, fold_content, template_tools
 from gateway.lint.model import Finding
 from gateway.lint.suggest import suggestion
 
@@ -98,6 +102,36 @@ def text_fields(body: Mapping[str, Any]) -> list[TextField]:
                     f"messages[{index}].tool_calls[{call_index}].function.arguments",
                     function["arguments"], region, index))
     return out
+
+
+def media_parts(body: Mapping[str, Any]) -> list[tuple[int, int, str]]:
+    """``(message, part, type)`` of every part that is not text (``image_url``,
+    ``input_audio``, ``video_url``, ``file`` ...): vLLM turns it into tokens of its own,
+    which the linter neither reads nor renders."""
+    messages = body.get("messages")
+    out: list[tuple[int, int, str]] = []
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        for part_index, part in enumerate(content if isinstance(content, list) else ()):
+            kind = part.get("type") if isinstance(part, Mapping) else None
+            if isinstance(kind, str) and kind not in TEXT_PARTS:
+                out.append((index, part_index, kind))
+    return out
+
+
+def without_media(body: Mapping[str, Any], media: Sequence[tuple[int, int, str]]
+                  ) -> Mapping[str, Any]:
+    """The request with its ``media`` parts left out: what the linter renders (the same
+    messages, so message indices hold); the body itself when it has none."""
+    if not media:
+        return body
+    dropped = {(index, part) for index, part, _ in media}
+    messages = [
+        {**message, "content": [p for k, p in enumerate(message["content"])
+                                if (index, k) not in dropped]}
+        if any(i == index for i, _ in dropped) else message
+        for index, message in enumerate(body["messages"])]
+    return {**body, "messages": messages}
 
 
 def prefix_fields(body: Mapping[str, Any]) -> list[TextField]:

@@ -44,6 +44,10 @@ SUGGESTIONS: dict[str, str] = {
                       "request that adds one recomputes the whole conversation after where "
                       "its text lands. Put fixed instructions in the first message; send "
                       "what changes during a conversation in a user message.",
+    "media": "vLLM turns this part (an image, audio, a video, a file) into tokens of its "
+             "own: the linter leaves it out, so token positions after it are lower than "
+             "vLLM's. The same media in the same place is cached like text; a different one "
+             "in each request ends the reusable prefix where it is.",
     "short_prefix": "The shared prefix is shorter than one KV block, so nothing of it can be "
                     "cached: put the stable instructions first and make them at least a block "
                     "long, or expect no prefix-cache benefit.",

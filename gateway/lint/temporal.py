@@ -21,6 +21,7 @@ from gateway.lint.patterns import (
     LONG_WEEKDAYS,
     MONTH_ABBREVIATIONS,
     MONTHS,
+    SPANISH_AUGUST,
     WEEKDAYS,
 )
 
@@ -119,6 +120,8 @@ def month_date(match: re.Match[str], t: str, today: dt.date,
     g = match.groupdict()
     start, end = match.start(), match.end()
     month = MONTHS.get(g["mon"].lower()) if g["mon"] else None
+    if g["mon"] and g["mon"].lower() == SPANISH_AUGUST and g["y2"] and t[match.end("mon")] == ".":
+        month = 8  # "7 ago. 2026"; English "ago" never has a dot and a year right after it
     year = g["y2"] if month else g["y1"]
     if month is None:
         before = month_before.search(t, max(0, start - 14), start)

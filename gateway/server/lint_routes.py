@@ -1,6 +1,7 @@
 """The prompt linter's routes.
 
-    POST /v1/prompt/lint   lint one chat request, or {"requests": [...]} from one app
+    POST /v1/prompt/lint   lint one chat request, or {"requests": [...]} from one app (an
+                           Anthropic Messages API body: as the chat request vLLM renders)
     GET  /admin/drift      prefix drift events and what each group learned (JSON)
     GET  /admin/lint       the most frequent findings in live traffic (JSON)
 
@@ -30,7 +31,9 @@ from starlette.responses import Response
 from engine.tokenizer import RenderError
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.jsonresp import JSONResponse
+from gateway.lint.model import BatchReport, LintReport
 from gateway.lint.service import LintService
+from gateway.lint.shapes import batch_in_body, chat_form, in_body, is_messages_api
 from gateway.lint.structure import MAX_DEPTH, deeper_than
 from gateway.request.body import read_body
 from gateway.request.schemas import ChatBody, parse_json, validate
@@ -75,6 +78,17 @@ def check_depth(data: dict[str, Any]) -> None:
             raise InvalidRequest(f"{key}: nested deeper than {MAX_DEPTH} levels", param=key)
 
 
+def _lint(service: LintService, model: str, items: list[dict[str, Any]], batch: bool,
+          block_size: int) -> LintReport | BatchReport:
+    """A Messages API body is linted as the chat request vLLM renders (its ``system`` the
+    system prompt), its findings put back on its own paths (``gateway.lint.shapes``)."""
+    forms = [chat_form(item) if is_messages_api(item) else None for item in items]
+    chats = [item if form is None else form.chat for item, form in zip(items, forms, strict=True)]
+    if batch:
+        return batch_in_body(service.lint_batch(model, chats, block_size), forms)
+    return in_body(service.lint_one(model, chats[0], block_size), forms[0])
+
+
 GroupSource = Callable[[int, bool], Awaitable["list[dict[str, Any]] | None"]]
 """What the live linter's own process learned (``LintProcess.group_summaries``)."""
 
@@ -100,10 +114,7 @@ def build_lint_router(state: GatewayState, service: LintService, admin_keys: boo
             model = lint_model(state, data.get("model"))
         block_size = state.decider.block_size(model)
         try:
-            if batch:
-                report: Any = await asyncio.to_thread(service.lint_batch, model, items, block_size)
-            else:
-                report = await asyncio.to_thread(service.lint_one, model, data, block_size)
+            report = await asyncio.to_thread(_lint, service, model, items, batch, block_size)
         except RenderError as exc:
             raise InvalidRequest(f"the request cannot be rendered with the chat template of "
                                  f"{model}: {exc}", param="messages") from None

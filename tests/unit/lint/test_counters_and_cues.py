@@ -38,6 +38,10 @@ def spans(detector: Detector, text: str) -> list[tuple[str, str]]:
     ("Random seed: 83921.", [("nonce", "83921")]),
     ("The trial ends in 5 days.", [("relative_time", "in 5 days")]),
     ("You have 3 days left in your trial.", [("relative_time", "3 days left")]),
+    ("Inbox: 12 unread messages, 3 new notifications.", [("counter", "12"), ("counter", "3")]),
+    ("The user has 1 new message.", [("counter", "1")]),
+    ("Page 3 of 10. You are on question 4 of 10.", [("counter", "3"), ("counter", "4")]),
+    ("Progress: step 2/5. Item 7/20 of the batch.", [("counter", "2"), ("counter", "7")]),
 ])
 def test_counters_seeds_and_time_to_go_are_found(
         detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
@@ -53,6 +57,11 @@ def test_counters_seeds_and_time_to_go_are_found(
     "Password reset links expire in 24 hours.",
     "Refunds are processed in 5 days.",
     "Keep 10 units in stock at all times.",
+    "Answer in 3 sentences.",
+    "Show at most 20 unread messages; summarize the last 5 new messages.",  # limits
+    "Summarize the 3 new features.",
+    "Read page 3 of the manual, then question 4 of the FAQ.",
+    "Step 2/5: configure the proxy.",         # a manual's heading
 ])
 def test_fixed_policy_numbers_stay_quiet(detector: Detector, text: str) -> None:
     assert spans(detector, text) == []
@@ -66,6 +75,13 @@ def test_counters_in_the_system_prompt_are_warnings(linter: Linter) -> None:
     assert report.cacheable_prefix_tokens == 0 < report.cacheable_prefix_tokens_if_fixed
 
 
+def test_unread_and_progress_counts_in_the_system_prompt_are_warnings(linter: Linter) -> None:
+    system = "The user has 12 unread messages. This is page 3 of 10 of the report." + TAIL
+    report = linter.lint(chat(system=system, final="Hi", tools=[]), BLOCK)
+    assert [(f.kind, f.text, f.severity) for f in report.findings] == [
+        ("counter", "12", "warning"), ("counter", "3", "warning")]
+
+
 @pytest.mark.parametrize(("text", "expected"), [
     ("Il est 14h32 à Paris.", [("time", "14h32")]),
     ("Fecha: 7 dic. 2026.", [("date", "7 dic. 2026")]),
@@ -74,6 +90,11 @@ def test_counters_in_the_system_prompt_are_warnings(linter: Linter) -> None:
     ("Today is the 7th of December.", [("date", "7th of December")]),
     ("Nous sommes le 7 décembre.", [("date", "7 décembre")]),
     ("The deadline is Dec. 7.", [("date", "Dec. 7")]),
+    ("Fecha: 7 ago. 2026.", [("date", "7 ago. 2026")]),
+    ("Hoy es 7 de ago. de 2026.", [("date", "7 de ago. de 2026")]),
+    # English "ago": no month, however a year follows it
+    ("Released 7 days ago. 2026 is next.", [("relative_time", "7 days ago")]),
+    ("Fecha: 7 ago. I saw it 7 ago 2026.", []),
 ])
 def test_more_date_and_time_forms_and_no_full_stop_in_the_span(
         detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:

@@ -104,6 +104,34 @@ async def test_lint_endpoint_single_and_batch(qwen_dir: str) -> None:
     assert [v["text"] for v in group["varying"]] == ["Alice", "gold"]
 
 
+async def test_lint_endpoint_lints_a_messages_api_system_prompt(qwen_dir: str) -> None:
+    """An Anthropic Messages API body: its top-level system is the system prompt."""
+    body = {"model": "m", "max_tokens": 64, "system": [{"type": "text", "text": SYSTEM}],
+            "messages": [{"role": "user", "content": "Any flights to Oslo?"}]}
+    async with gateway(qwen_dir) as client:
+        single = await client.post("/v1/prompt/lint", json=body)
+        batch = await client.post("/v1/prompt/lint", json={"requests": [body, CHAT]})
+    assert single.status_code == 200 and batch.status_code == 200
+    [finding] = single.json()["findings"]
+    assert (finding["kind"], finding["severity"], finding["path"]) == (
+        "timestamp", "warning", "system[0].text")
+    assert SYSTEM[finding["start"]:finding["end"]] == finding["text"]
+    assert [[f["path"] for f in r["findings"]] for r in batch.json()["requests"]] == [
+        ["system[0].text"], ["messages[0].content"]]
+
+
+async def test_lint_endpoint_lints_the_text_beside_an_image(qwen_dir: str) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    chat = {**CHAT, "messages": [CHAT["messages"][0], {"role": "user", "content": [
+        {"type": "text", "text": "Any flights to Oslo?"}, image]}]}
+    async with gateway(qwen_dir) as client:
+        answer = await client.post("/v1/prompt/lint", json=chat)
+    assert answer.status_code == 200  # not "cannot be rendered"
+    assert [(f["kind"], f["severity"], f["path"]) for f in answer.json()["findings"]] == [
+        ("timestamp", "warning", "messages[0].content"),
+        ("media", "info", "messages[1].content[1]")]
+
+
 async def test_lint_endpoint_errors(qwen_dir: str) -> None:
     async with gateway(qwen_dir, max_body_bytes=2000) as client:
         big = await client.post("/v1/prompt/lint", json={

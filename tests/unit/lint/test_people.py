@@ -74,6 +74,8 @@ def test_precision_and_recall_per_language(detector: Detector, lang: str) -> Non
 @pytest.mark.parametrize(("system", "name"), [
     ("Help the customer Maria Lopez with her order. Always be polite, and keep answers short.",
      "Maria Lopez"),
+    ("You are helping Priya Raghunathan today. Always be polite, and keep answers short.",
+     "Priya Raghunathan"),  # a surname in no list, no role word: the cue and the first name
     ("你正在为客户王小明处理订单。请礼貌回答，不要透露内部信息，回答要简短。", "王小明"),
     ("お客様の山田太郎さんの注文を処理してください。丁寧に回答してください。", "山田太郎"),
 ])
@@ -83,6 +85,20 @@ def test_one_request_with_a_name_is_a_warning(linter: Linter, system: str, name:
     assert [(f.text, f.severity, f.path) for f in names] == [
         (name, "warning", "messages[0].content")]
     assert report.cacheable_prefix_tokens < report.cacheable_prefix_tokens_if_fixed
+
+
+@pytest.mark.parametrize("text", [
+    "You are helping Python Developers.",
+    "You are assisting Sales Engineers with demos.",
+    "You are helping Acme Travel.",
+    "You are serving North America.",
+    "You are helping Grace Hopper Academy students.",
+    "You are helping Summer Camp parents.",
+    "You are supporting Visual Studio Code.",
+])
+def test_a_group_or_a_company_after_you_are_helping_is_no_name(detector: Detector,
+                                                               text: str) -> None:
+    assert [text[h.start:h.end] for h in detector.scan(text, NOW) if h.kind == "name"] == []
 
 
 def test_an_order_id_in_one_request_is_a_warning(linter: Linter) -> None:
