@@ -88,7 +88,7 @@ def test_a_replica_that_cuts_one_answer_short_stays_in_rotation(stream: bool) ->
         try:
             client = openai.OpenAI(base_url=gw.url + "/v1", api_key="x", max_retries=0,
                                    timeout=60)
-            received = []
+            received: list[object] = []
             with pytest.raises(openai.APIError) as raised:
                 answer = client.chat.completions.create(
                     model=MODEL, messages=[{"role": "user", "content": "cut me"}], n=9,
