@@ -545,6 +545,11 @@ class Settings(Strict):
     """How often the key file is checked for changes."""
     metrics_auth: Literal["open", "key", "admin"] = "open"
     """With ``api_keys``: what ``/metrics`` needs (no key, any key, an admin key)."""
+    replica_api_key: str | None = None
+    """Bearer token sent to every replica that has no ``api_key`` of its own (``replicas``,
+    ``replicas_from``): the key vLLM was started with (``--api-key``). Without it such a
+    replica answers 401 to the gateway's ``/v1/models``, and routing knows neither its models'
+    names nor their tokenizers (clients' own keys still pass through)."""
     tenant_salt_secret: str | None = None
     """Secret the tenants' ``cache_salt`` values are derived from; unset: random per
     process (instances and restarts then disagree: set it for a fleet)."""
@@ -579,6 +584,23 @@ class Settings(Strict):
             raise ValueError("health_port must differ from port")
         return self
 
+    @model_validator(mode="before")
+    @classmethod
+    def _replica_key(cls, data: Any) -> Any:
+        """``replica_api_key`` on each replica entry and source that has no key of its own."""
+        if not isinstance(data, dict) or not data.get("replica_api_key"):
+            return data
+        key = data["replica_api_key"]
+        out = dict(data)
+        for field in ("replicas", "replicas_from"):
+            entries = out.get(field)
+            if field == "replicas":
+                entries = cls._urls_are_replicas(entries)
+            if isinstance(entries, list):
+                out[field] = [{**entry, "api_key": key} if isinstance(entry, dict)
+                              and entry.get("api_key") is None else entry for entry in entries]
+        return out
+
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]
 
@@ -596,7 +618,7 @@ _ENV_SCALARS = {
     "MAX_ATTEMPTS": "max_attempts", "HEALTH_INTERVAL": "health_interval",
     "LOG_LEVEL": "log_level", "DEFAULT_BLOCK_SIZE": "default_block_size",
     "TOKENIZER": "tokenizer", "CHAT_TEMPLATE": "chat_template", "API_KEYS": "api_keys",
-    "TENANT_SALT_SECRET": "tenant_salt_secret",
+    "TENANT_SALT_SECRET": "tenant_salt_secret", "REPLICA_API_KEY": "replica_api_key",
     "REDIS_URL": "redis_url", "REDIS_KEY_PREFIX": "redis_key_prefix",
 }
 

@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="every address of a DNS name (a headless Service) is a replica, "
                         "re-resolved every health interval; keys kv_port, kv_replay_port, "
                         "kv_topic, id_prefix, scheme, drain_seconds; repeat for several")
+    p.add_argument("--replica-api-key", metavar="KEY",
+                   help="the key the replicas' vLLM was started with (--api-key), sent to each "
+                        "replica without an api_key of its own (better in the environment: "
+                        "PREFIXGATE_REPLICA_API_KEY)")
     p.add_argument("--model", help="served model name of the --replica replicas")
     p.add_argument("--tokenizer", help="Hugging Face tokenizer folder for --model (without "
                    "--model: for the one model the replicas serve)")
@@ -121,7 +125,8 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
                            "redis_url": args.redis_url,
                            "redis_key_prefix": args.redis_key_prefix,
                            "allowed_origins": args.allowed_origins,
-                           "allow_credentials": args.allow_credentials}
+                           "allow_credentials": args.allow_credentials,
+                           "replica_api_key": args.replica_api_key}
     if args.replica:
         out["replicas"] = [parse_replica_arg(r, args.model) for r in args.replica]
     if args.replicas_from:
@@ -215,6 +220,12 @@ def main(argv: Sequence[str]) -> int:
     exposed = exposure_warning(settings.host, settings.api_keys)
     if exposed:
         logging.getLogger("prefixgate").warning(exposed)
+    if not settings.api_keys and any(entry.api_key for entry in
+                                     (*settings.replicas, *settings.replicas_from)):
+        logging.getLogger("prefixgate").warning(
+            "The replicas' API key is sent for every client, and the gateway asks clients "
+            "for none: whoever reaches the gateway uses key-protected replicas. Give clients "
+            "keys of their own (--api-keys FILE; README, Security)")
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     report_block_table()  # a warning when the pure-Python fallback serves

@@ -88,6 +88,8 @@ class Replica:
     """Requests other gateway instances have in flight here (shared routing state)."""
     metrics: ReplicaMetrics = field(default_factory=ReplicaMetrics)
     served_models: tuple[str, ...] = ()
+    models_refused: bool = False
+    """Its ``/v1/models`` answered 401 or 403 (said once)."""
     model_cards: dict[str, dict[str, object]] = field(default_factory=dict)
     """Each served model's entry of ``/v1/models`` as the replica sent it (vLLM's
     ``max_model_len``, ``permission``, ``owned_by``, ``root``...), by model id."""
@@ -531,6 +533,14 @@ class ReplicaPool:
 
     async def _models(self, replica: Replica) -> None:
         status, body = await replica.backend.get("/v1/models")
+        if status in (401, 403) and not replica.models_refused:
+            replica.models_refused = True  # said once: vLLM started with --api-key
+            log.warning("replica %s answers %d to /v1/models: it takes an API key (vLLM's "
+                        "--api-key), which the gateway does not send: give it with "
+                        "--replica-api-key or PREFIXGATE_REPLICA_API_KEY (replicas[].api_key for "
+                        "one replica). Until then routing cannot read "
+                        "its models' names and tokenizers (clients' own keys still pass "
+                        "through to it)", replica.id, status)
         if status != 200:
             return
         try:

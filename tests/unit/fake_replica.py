@@ -32,6 +32,8 @@ class FakeReplica:
     """More served names of the same model (``--served-model-name m a b``)."""
     adapters: tuple[str, ...] = ()
     """LoRA adapters it serves, listed as vLLM lists them (``parent``: the model)."""
+    api_key: str | None = None
+    """The key its /v1 routes take, as vLLM's ``--api-key`` (401 without it)."""
     requests: list[dict] = field(default_factory=list)
     headers_seen: list[dict] = field(default_factory=list)
 
@@ -42,6 +44,9 @@ class FakeReplica:
         if not self.up:
             raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
+        if self.api_key and path.startswith("/v1") \
+                and request.headers.get("authorization") != f"Bearer {self.api_key}":
+            return httpx.Response(401, json={"error": "Unauthorized"})
         if path == "/health":
             return httpx.Response(200)
         if path == "/metrics":

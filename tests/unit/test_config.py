@@ -44,6 +44,14 @@ def test_replicas_written_as_urls_in_the_file_are_replicas(tmp_path) -> None:
         "http://a:8000", "http://c:8000"]
 
 
+def test_the_replicas_api_key_goes_to_each_replica_without_its_own() -> None:
+    s = load_settings(overrides={"replicas": ["http://a:1", {"url": "http://b:2", "api_key": "own"}],
+                                 "replicas_from": [{"dns": "vllm.svc"}]},
+                      env={"PREFIXGATE_REPLICA_API_KEY": "k"})
+    assert [r.api_key for r in s.replicas] == ["k", "own"]
+    assert [source.api_key for source in s.replicas_from] == ["k"]
+
+
 @pytest.mark.parametrize("text,needle", [
     ("prot: 1\n", "prot: unknown key"),
     ("replicas:\n  - url: ftp://x\n", "replicas.0.url"),

@@ -277,3 +277,20 @@ async def test_with_no_replica_yet_a_request_is_told_to_retry_not_that_its_model
         assert_openai_error(response, 503)
         assert response.headers["retry-after"] == "1"
         assert "no replica yet" in response.json()["error"]["message"]
+
+
+async def test_replicas_started_with_an_api_key_are_read_with_the_one_given(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """vLLM started with ``--api-key`` answers 401 to the gateway's ``/v1/models``: without
+    the key the gateway cannot read its models (their names, their tokenizers) and said
+    nothing about why; with ``replica_api_key`` it reads them and sends the key."""
+    guarded = FakeReplica("a", api_key="sekret")
+    async with gateway([guarded]) as client:
+        assert pool_of(client).model_root("m") is None
+    assert "answers 401 to /v1/models: it takes an API key" in caplog.text
+    guarded = FakeReplica("a", api_key="sekret")
+    async with gateway([guarded], replica_api_key="sekret") as client:
+        reply = await client.post("/v1/chat/completions", json=CHAT)
+        assert pool_of(client).model_root("m") == "/models/m"
+    assert reply.status_code == 200
+    assert guarded.headers_seen[-1]["authorization"] == "Bearer sekret"
