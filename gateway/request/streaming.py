@@ -28,16 +28,17 @@ the request and frees its KV blocks.
 An upstream failure after the first byte cannot be retried (the client has
 part of the answer), so it ends the stream with an OpenAI-shaped error event
 that the official client raises as an ``APIError`` (on the Anthropic Messages
-API, the ``event: error`` Anthropic's SDKs raise). For that event to be read,
-an event stream is relayed whole events at a time (``EventEdge``): a replica
-that dies in the middle of writing an event leaves half of it in its last
-chunk, and relayed as it came, that half and the error event made one line of
-broken JSON, which the official client raised as a ``JSONDecodeError`` (not an
-``openai`` error at all). A chunk that ends an event, as vLLM's every chunk
-does, passes untouched; the bytes after a chunk's last complete event wait
-for the rest of their event. So does the end of the
+API, the ``event: error`` Anthropic's SDKs raise). So does the end of the
 gateway's drain period (``cut``, see ``gateway.request.drain``): a stream is never
 left as a truncated body.
+
+For that event to be read, an event stream is relayed whole events at a time
+(``EventEdge``): a replica that dies in the middle of writing an event leaves
+half of it in its last chunk, and relayed as it came, that half and the error
+event made one line of broken JSON, which the official client raised as a
+``JSONDecodeError`` (not an ``openai`` error at all). A chunk that ends an
+event, as vLLM's every chunk does, passes untouched; the bytes after a chunk's
+last complete event wait for the rest of their event.
 """
 
 from __future__ import annotations
