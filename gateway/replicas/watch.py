@@ -28,10 +28,13 @@ log = logging.getLogger("prefixgate")
 
 
 class ReplicaWatch:
-    def __init__(self, pool: ReplicaPool, policy: str, url: str) -> None:
+    def __init__(self, pool: ReplicaPool, policy: str, url: str,
+                 sources: tuple[str, ...] = ()) -> None:
         self.pool = pool
         self.policy = policy
         self.url = url
+        self.sources = sources
+        """The DNS names replicas come from (``replicas_from``)."""
         self.ready = False
 
     def _answering(self) -> int:
@@ -46,6 +49,10 @@ class ReplicaWatch:
                             self.pool.health_interval)
         if self._answering():
             self._ready()
+        elif not len(self.pool):
+            log.warning("serving on %s, waiting for replicas: none yet (%s resolves to no "
+                        "address); requests get 503 with Retry-After until one answers",
+                        self.url, ", ".join(self.sources) or "no replica configured")
         else:
             log.warning("serving on %s, waiting for replicas: none of %d answers "
                         "yet; requests get 503 with Retry-After until one does",

@@ -203,7 +203,8 @@ async def start_gateway(settings: Settings, policy: Policy, keys: KeyStore | Non
                                    allow_methods=live.allowed_methods,
                                    allow_headers=live.allowed_headers)
         # "ready", or "waiting for replicas" (and which cannot be reached)
-        ReplicaWatch(pool, policy.name, f"http://{live.host}:{live.port}/v1").report()
+        ReplicaWatch(pool, policy.name, f"http://{live.host}:{live.port}/v1",
+                     tuple(source.dns for source in live.replicas_from)).report()
         stack.enter_context(startup_frozen())
         if trace is not None:
             trace.writer.start()  # what is queued at the end is written, off the loop

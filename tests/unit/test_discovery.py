@@ -234,3 +234,21 @@ def test_a_url_given_as_a_dns_name_is_refused_with_the_flag_it_belongs_to() -> N
     with pytest.raises(ConfigError, match="not a DNS name.*--replica URL"):
         load_settings(overrides={"replicas_from": [
             parse_source_arg("http://vllm.svc:8000", None)]}, env={})
+
+
+async def test_a_source_that_resolves_to_nothing_yet_is_said_and_answered_503(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A headless Service with no ready pod (a rollout, a cold start): start-up said
+    "none of 0 answers yet", and a request for the model got 404 "does not exist. Valid
+    aliases: ." (not retried by the clients) where it is a 503 to retry."""
+    settings = load_settings(overrides={
+        "replicas_from": [{"dns": NAME, "model": "qwen"}], "health_interval": 3600.0}, env={})
+    app = create_app(settings, transport=lambda rid: FakeReplica(rid).transport(),
+                     resolver=Dns())
+    chat = {"model": "qwen", "messages": [{"role": "user", "content": "hello"}]}
+    async with LifespanManager(app) as manager:
+        transport = httpx.ASGITransport(app=manager.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            answer = await client.post("/v1/chat/completions", json=chat)
+    assert answer.status_code == 503 and answer.headers["retry-after"]
+    assert f"waiting for replicas: none yet ({NAME} resolves to no address)" in caplog.text
