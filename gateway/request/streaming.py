@@ -89,6 +89,10 @@ def error_event(status: int, message: str, type_: str, code: str,
     return b"data: " + orjson.dumps(error_body(status, message, type_, code=code)) + b"\n\n"
 
 
+EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")
+"""What ends a server-sent event: a blank line, in any of the three line ends."""
+
+
 class EventEdge:
     """An event stream cut at its events' ends: ``take`` returns what of a chunk ends
     complete events and keeps the rest until the event it starts is complete; ``rest``
@@ -106,9 +110,9 @@ class EventEdge:
     def take(self, chunk: bytes) -> bytes:
         if self.held:
             chunk, self.held = self.held + chunk, b""
-        if chunk.endswith((b"\n\n", b"\r\n\r\n", b"\r\r")) or not chunk:
+        if chunk.endswith(EVENT_ENDS) or not chunk:
             return chunk
-        end = max((at + len(edge) for edge in (b"\n\n", b"\r\n\r\n", b"\r\r")
+        end = max((at + len(edge) for edge in EVENT_ENDS
                    if (at := chunk.rfind(edge)) >= 0), default=0)
         if len(chunk) - end > self.LIMIT:
             return chunk
@@ -260,8 +264,12 @@ class RelayStream(Response):
 
                     def watched(chunk: bytes) -> bool:
                         seen(chunk)
-                        whole = take(chunk)
-                        return write(whole) if whole else True
+                        # A chunk that ends an event (every vLLM chunk) makes no call more.
+                        if edge.held or not chunk.endswith(EVENT_ENDS):
+                            chunk = take(chunk)
+                            if not chunk:
+                                return True
+                        return write(chunk)
 
                 await self.pour(watched, writer.drain)
             else:
