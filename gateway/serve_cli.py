@@ -220,8 +220,8 @@ def main(argv: Sequence[str]) -> int:
     exposed = exposure_warning(settings.host, settings.api_keys)
     if exposed:
         logging.getLogger("prefixgate").warning(exposed)
-    if not settings.api_keys and any(entry.api_key for entry in
-                                     (*settings.replicas, *settings.replicas_from)):
+    if not settings.api_keys and (any(r.api_key for r in settings.replicas)
+                                  or any(s.api_key for s in settings.replicas_from)):
         logging.getLogger("prefixgate").warning(
             "The replicas' API key is sent for every client, and the gateway asks clients "
             "for none: whoever reaches the gateway uses key-protected replicas. Give clients "
