@@ -9,6 +9,7 @@ precedence (flags win).
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -231,6 +232,16 @@ class ReplicaSettings(Strict):
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("replica url must start with http:// or https://")
+        if any(c.isspace() for c in value):  # "http://a:1 http://b:2": one url, not two
+            raise ValueError(f"{value!r} holds a space: one url each (several replicas: "
+                             "--replica repeated, or comma-separated)")
+        try:
+            parts = urllib.parse.urlsplit(value)
+            parts.port  # noqa: B018 - raises on a port that is not a number
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a url: {exc}") from None
+        if not parts.hostname:
+            raise ValueError(f"{value!r} names no host")
         value = value.rstrip("/")
         # vLLM serves /health and /metrics at its root, never under /v1: an OpenAI base URL
         # given as a replica's answered 404 to every probe.

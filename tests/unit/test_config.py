@@ -55,6 +55,10 @@ def test_the_replicas_api_key_goes_to_each_replica_without_its_own() -> None:
 @pytest.mark.parametrize("text,needle", [
     ("prot: 1\n", "prot: unknown key"),
     ("replicas:\n  - url: ftp://x\n", "replicas.0.url"),
+    # a traceback from the app's start-up before: the url is said to be wrong instead
+    ("replicas: 'http://a:1 http://b:2'\n", "holds a space: one url each"),
+    ("replicas:\n  - url: http://a:port\n", "is not a url"),
+    ("replicas:\n  - url: 'http://:8000'\n", "names no host"),
     ("timeouts:\n  conect: 1\n", "timeouts.conect: unknown key"),
     ("port: -1\n", "port"),
     ("- a\n", "mapping"),
