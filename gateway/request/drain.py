@@ -39,6 +39,10 @@ class Cuttable(Protocol):
         ...
 
 
+CUT_SECONDS = 5.0
+"""How long the requests cut at the end of the drain period have to write their last bytes."""
+
+
 class Drain:
     def __init__(self, seconds: float, retry_after: int = 1) -> None:
         self.seconds = seconds
@@ -100,7 +104,7 @@ class Drain:
             item.cut()
         # The cut requests write their last bytes (an error event, a 503) and leave.
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5.0):
+            async with asyncio.timeout(CUT_SECONDS):
                 await self._wait_idle()
 
     async def _wait_idle(self) -> None:

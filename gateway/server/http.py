@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -66,7 +68,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from gateway.config import ServerSettings, Settings
 from gateway.errors import error_body
-from gateway.request.drain import Drain
+from gateway.request.drain import CUT_SECONDS, Drain
 from gateway.request.streaming import BODY_WRITER
 from gateway.server.balance import Balance, BalancedAcceptor
 from gateway.server.request_ids import clean_request_id
@@ -78,6 +80,11 @@ MAX_HEADER_BYTES = 64 * 1024
 
 GRACEFUL_SHUTDOWN = 5
 """Seconds uvicorn waits for connections once the drain is over (streams have ended)."""
+
+SHUTDOWN_MARGIN = 30.0
+"""Seconds the app's own shutdown (its lifespan's end: the linter's thread alone may take
+10) may take after the drain (its period, and 5 s for the cut requests to leave) and the
+graceful shutdown, before the process ends itself anyway (``GatewayServer``)."""
 
 _TOO_LARGE = f"the request line and headers are over {MAX_HEADER_BYTES} bytes"
 
@@ -322,9 +329,11 @@ class GatewayServer(uvicorn.Server):
     """uvicorn's server, whose first SIGTERM/SIGINT drains before it stops."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain,
-                 balance: Balance | None = None) -> None:
+                 balance: Balance | None = None,
+                 hard_exit: Callable[[int], None] | None = None) -> None:
         super().__init__(config)
         self.drain = drain
+        self.hard_exit = hard_exit or _end_now
         self.balance = balance
         """A worker's: its client port is accepted from by a :class:`BalancedAcceptor`
         instead of asyncio's server."""
@@ -359,12 +368,34 @@ class GatewayServer(uvicorn.Server):
     def _begin_drain(self) -> None:
         if self._drain_task is None:
             self._drain_task = asyncio.ensure_future(self._drain_then_stop())
+            self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
+        """End the process if stopping takes longer than it may: the drain, uvicorn's
+        graceful shutdown and ``SHUTDOWN_MARGIN``. A worker whose shutdown hung after its
+        drain (seen once in the tests, never diagnosed) served on alone once its
+        supervisor was killed, holding the port; a second signal could not end it."""
+        limit = self.drain.seconds + CUT_SECONDS + GRACEFUL_SHUTDOWN + SHUTDOWN_MARGIN
+
+        def overdue() -> None:
+            log.error("stopping took over %.0f s (drain, graceful shutdown, the app's own): "
+                      "exiting now", limit)
+            self.hard_exit(1)
+
+        timer = threading.Timer(limit, overdue)
+        timer.daemon = True  # a process that stops in time is not held by it
+        timer.start()
 
     async def _drain_then_stop(self) -> None:
         try:
             await self.drain.run()
         finally:
             self.should_exit = True
+
+
+def _end_now(code: int) -> None:
+    logging.shutdown()  # what is logged is written
+    os._exit(code)
 
 
 def server_config(app: Any, settings: Settings, probe_port: int | None = None) -> uvicorn.Config:
