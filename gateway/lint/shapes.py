@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from engine.api_shapes import BILLING_HEADER, anthropic_chat, anthropic_message, anthropic_system
 from gateway.lint.model import BatchReport, Finding, LintReport, VaryingSpan
@@ -259,7 +259,7 @@ def in_body(report: LintReport, form: ChatForm | None) -> LintReport:
     request: ``form`` None)."""
     if form is None:
         return report
-    return replace(report, findings=tuple(_finding(f, form) for f in report.findings))
+    return replace(report, findings=tuple(_moved(f, form) for f in report.findings))
 
 
 def batch_in_body(report: BatchReport, forms: Sequence[ChatForm | None]) -> BatchReport:
@@ -272,23 +272,19 @@ def batch_in_body(report: BatchReport, forms: Sequence[ChatForm | None]) -> Batc
         form = forms[group.requests[0]]
         groups.append(replace(
             group,
-            findings=tuple(_finding(f, forms[group.requests[0] if f.request is None
-                                             else f.request]) for f in group.findings),
-            varying=tuple(_span(v, form) for v in group.varying)))
+            findings=tuple(_moved(f, forms[group.requests[0] if f.request is None
+                                           else f.request]) for f in group.findings),
+            varying=tuple(_moved(v, form) for v in group.varying)))
     return BatchReport(tuple(in_body(r, f) for r, f in zip(report.reports, forms, strict=True)),
                        tuple(groups))
 
 
-def _finding(finding: Finding, form: ChatForm | None) -> Finding:
+_Placed = TypeVar("_Placed", Finding, VaryingSpan)
+
+
+def _moved(item: _Placed, form: ChatForm | None) -> _Placed:
+    """A finding or a varying span on the body's path and offsets."""
     if form is None:
-        return finding
-    path, start, end = form.origin(finding.path, finding.start, finding.end)
-    return replace(finding, path=path, start=start, end=end)
-
-
-def _span(span: VaryingSpan, form: ChatForm | None) -> VaryingSpan:
-    if form is None:
-        return span
-    path, start, end = form.origin(span.path, span.start, span.end)
-    return replace(span, path=path, start=start, end=end)
-
+        return item
+    path, start, end = form.origin(item.path, item.start, item.end)
+    return replace(item, path=path, start=start, end=end)
