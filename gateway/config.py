@@ -595,22 +595,10 @@ class Settings(Strict):
             raise ValueError("health_port must differ from port")
         return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _replica_key(cls, data: Any) -> Any:
-        """``replica_api_key`` on each replica entry and source that has no key of its own."""
-        if not isinstance(data, dict) or not data.get("replica_api_key"):
-            return data
-        key = data["replica_api_key"]
-        out = dict(data)
-        for field in ("replicas", "replicas_from"):
-            entries = out.get(field)
-            if field == "replicas":
-                entries = cls._urls_are_replicas(entries)
-            if isinstance(entries, list):
-                out[field] = [{**entry, "api_key": key} if isinstance(entry, dict)
-                              and entry.get("api_key") is None else entry for entry in entries]
-        return out
+    def replica_key(self, entry: ReplicaSettings | ReplicaSource) -> str | None:
+        """The key sent to a replica (of a source): its own ``api_key``, else
+        ``replica_api_key``."""
+        return entry.api_key or self.replica_api_key
 
     def replica_ids(self) -> list[str]:
         return [r.id or f"r{i}" for i, r in enumerate(self.replicas)]

@@ -220,7 +220,8 @@ def main(argv: Sequence[str]) -> int:
     exposed = exposure_warning(settings.host, settings.api_keys)
     if exposed:
         logging.getLogger("prefixgate").warning(exposed)
-    if not settings.api_keys and (any(r.api_key for r in settings.replicas)
+    if not settings.api_keys and (settings.replica_api_key
+                                  or any(r.api_key for r in settings.replicas)
                                   or any(s.api_key for s in settings.replicas_from)):
         logging.getLogger("prefixgate").warning(
             "The replicas' API key is sent for every client, and the gateway asks clients "

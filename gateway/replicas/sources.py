@@ -52,7 +52,8 @@ def build_discovery(settings: Settings, pool: ReplicaPool, transport: TransportF
     timeouts = settings.timeouts.engine()
 
     def backend(source: DnsSource, spec: ReplicaSpec) -> Backend:
-        return make_backend(spec, timeouts, settings.replicas_from[source.key].api_key, transport)
+        return make_backend(spec, timeouts,
+                            settings.replica_key(settings.replicas_from[source.key]), transport)
 
     return DnsDiscovery(dns_sources(settings), pool, backend, settings.health_interval, resolver)
 

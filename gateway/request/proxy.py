@@ -117,9 +117,9 @@ class _FirstByteWatch:
 
 
 def _is_event_stream(headers: Mapping[str, str]) -> bool:
-    """Whether an answer's body is server-sent events (relayed whole events at a time)."""
-    kind = headers.get("content-type") or headers.get("Content-Type") or ""
-    return kind.startswith("text/event-stream")
+    """Whether an answer's body is server-sent events (relayed whole events at a time);
+    both backends name headers in lower case."""
+    return headers.get("content-type", "").startswith("text/event-stream")
 
 
 def _held_failure(replica_id: str, exc: EngineError,

@@ -78,7 +78,7 @@ def build_backends(settings: Settings,
         spec = ReplicaSpec(id=replica_id, url=cfg.url, model=cfg.model, kind=cfg.kind,
                            block_size=cfg.block_size,
                            planned_blocks=planned_blocks(cfg.capacity) if cfg.capacity else 0)
-        out.append((spec, make_backend(spec, timeouts, cfg.api_key, transport)))
+        out.append((spec, make_backend(spec, timeouts, settings.replica_key(cfg), transport)))
     return out
 
 

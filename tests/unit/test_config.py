@@ -48,8 +48,8 @@ def test_the_replicas_api_key_goes_to_each_replica_without_its_own() -> None:
     s = load_settings(overrides={"replicas": ["http://a:1", {"url": "http://b:2", "api_key": "own"}],
                                  "replicas_from": [{"dns": "vllm.svc"}]},
                       env={"PREFIXGATE_REPLICA_API_KEY": "k"})
-    assert [r.api_key for r in s.replicas] == ["k", "own"]
-    assert [source.api_key for source in s.replicas_from] == ["k"]
+    assert [s.replica_key(r) for r in s.replicas] == ["k", "own"]
+    assert [s.replica_key(source) for source in s.replicas_from] == ["k"]
 
 
 @pytest.mark.parametrize("text,needle", [
