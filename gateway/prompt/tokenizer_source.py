@@ -89,6 +89,8 @@ def find_tokenizer(model: str, configured: str | None, root: str | None) -> Toke
             return TokenizerChoice("hf-cache", folder, f"the Hugging Face cache of {name}")
     tried = f"root {root!r} is not a local folder with tokenizer files" if root else \
         "no replica reported a root"
+    names = list(dict.fromkeys(n for n in (root, model) if n)) or [model]
+    looked = f"neither {names[0]!r} nor {names[1]!r} is" if len(names) > 1 else \
+        f"{names[0]!r} is not"
     return TokenizerChoice("bytes", None,
-                           f"{tried}, and neither {root or model!r} nor {model!r} is in the "
-                           "local Hugging Face cache")
+                           f"{tried}, and {looked} in the local Hugging Face cache")

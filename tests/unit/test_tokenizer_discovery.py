@@ -47,6 +47,11 @@ def test_discovery_order(qwen_dir: str, hf_cache: Path, tmp_path: Path) -> None:
     none = find_tokenizer("m", None, str(empty))
     assert (none.source, none.path) == ("bytes", None)
     assert str(empty) in none.note and "Hugging Face cache" in none.note
+    assert "neither" in none.note and "'m'" in none.note
+    # A replica whose root is its served name (an HF id it downloaded): the name once.
+    same = find_tokenizer("acme/not-cached", None, "acme/not-cached")
+    assert same.source == "bytes" and "neither" not in same.note
+    assert same.note.count("'acme/not-cached'") == 2  # the root, and the cache it was not in
 
 
 async def test_a_lone_tokenizer_flag_applies_to_the_one_served_model(qwen_dir: str) -> None:
