@@ -40,6 +40,11 @@ from gateway.lint.textdiff import common_prefix
 from gateway.lint.variance import Atomizer, Variance
 
 EXAMPLES = 5
+DOCUMENT_WORDS = 40
+"""A varying span whose values mostly run to this many words or more is a passage that
+differs per request (retrieved documents, search results, a user's record): reported as
+one ``document`` span, the dates, names and numbers inside it not as findings of their
+own (each retrieved passage has some)."""
 
 
 TOOLS_MARK = "; tools: "
@@ -86,7 +91,8 @@ class BatchLinter:
         for (_, _, shape), members in groups.items():
             reports.append(self._group(shape, members, analyses, findings, block_size))
         final = tuple(make_report(a.report.model, block_size, a.prompt.total, a.stable_tokens,
-                                  findings[i]) for i, a in enumerate(analyses))
+                                  findings[i], _passage_tokens(a, findings[i]))
+                      for i, a in enumerate(analyses))
         return BatchReport(final, tuple(reports))
 
     # -- one group -----------------------------------------------------------------------------
@@ -237,6 +243,8 @@ class BatchLinter:
         updated = []
         for f in findings[index]:
             if f.path == path and f.start < end and f.end > start and f.kind not in STRUCTURE_KINDS:
+                if kind == "document":
+                    continue  # the passage is the finding, not what it happens to hold
                 covered = True
                 f = replace(f, confidence=1.0, severity="warning")
             updated.append(f)
@@ -253,11 +261,14 @@ class BatchLinter:
         findings[index] = updated
 
     def _kind(self, values: list[str], seen: list[str]) -> str:
-        """What a varying span holds: what the patterns saw on it in context, else a guess
-        from its values (numbers, few repeated values, capitalized words)."""
+        """What a varying span holds: a passage of its own (``document``: most values
+        ``DOCUMENT_WORDS`` words or more), else what the patterns saw on it in context,
+        else a guess from its values (numbers, few repeated values, capitalized words)."""
+        present = [v for v in values if v]
+        if sum(len(v.split()) >= DOCUMENT_WORDS for v in present) * 2 > len(present):
+            return "document"  # a date or a number inside a retrieved passage says nothing
         if seen:
             return max(set(seen), key=seen.count)
-        present = [v for v in values if v]
         if present and all(v.replace(",", "").replace(".", "").isdigit() for v in present):
             return "counter"
         now = self.linter.clock()
@@ -325,6 +336,17 @@ def _widened(slots: list[tuple[int, int]], hits: list[Finding]) -> list[tuple[in
         else:
             out.append((start, end))
     return out
+
+
+def _passage_tokens(analysis: Analysis, findings: list[Finding]) -> int:
+    """Tokens of a request's ``document`` spans: the fix moves them after the shared
+    prefix, so they are not cacheable once it is made either."""
+    total = 0
+    for f in findings:
+        if f.kind == "document" and f.severity == "warning" and f.token_start is not None:
+            end = _token(analysis, f.path, f.end)
+            total += max(0, (end if end is not None else f.token_start) - f.token_start)
+    return total
 
 
 def _field(analysis: Analysis, path: str) -> TextField | None:

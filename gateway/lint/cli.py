@@ -284,7 +284,7 @@ def render_text(file: Linted) -> str:
                          f"{group.common_prefix_tokens} tokens in common, "
                          f"{group.cacheable_common_prefix_tokens} reusable from cache")
             for span in group.varying:
-                examples = ", ".join(repr(e) for e in span.examples)
+                examples = ", ".join(repr(_clip(e)) for e in span.examples)
                 lines.append(f"  varies   {span.kind:<10} {span.path}:{span.start}-{span.end}"
                              f"  token {span.token_start}  {span.distinct} values: {examples}")
             for finding in group.findings:
@@ -307,10 +307,15 @@ def _report_lines(report: LintReport, name: str, places: Iterator[Located],
 
 def _finding_lines(finding: Finding, where: Located) -> list[str]:
     token = f"token {finding.token_start}" if finding.token_start is not None else "token ?"
-    text = finding.text if len(finding.text) <= 60 else finding.text[:59] + "…"
+    text = _clip(finding.text)
     head = (f"{where.file}:{where.line}:{where.column}: {finding.severity:<8} "
             f"{finding.kind:<16} {finding.path}:{finding.start}-{finding.end}  {token}  "
             f"{text!r}")
     body = finding.suggestion + (f" ({finding.detail})" if finding.detail else "")
     return [head] + textwrap.wrap(body, width=96, initial_indent=" " * 11,
                                   subsequent_indent=" " * 11)
+
+
+def _clip(text: str, most: int = 60) -> str:
+    """A span's text as the report shows it: at most ``most`` characters."""
+    return text if len(text) <= most else text[:most - 1] + "…"

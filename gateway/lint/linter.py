@@ -24,7 +24,8 @@ hygiene issues that only break the cache when another request differs
 
 ``cacheable_prefix_tokens`` = tokens before the first warning, and before the
 final turn, rounded down to whole KV blocks; ``..._if_fixed`` the same with
-no warning left: the tokens before the final turn.
+no warning left: the tokens before the final turn (less a passage that differs per
+request, a ``document`` span, which the fix moves after the shared prefix).
 """
 
 from __future__ import annotations
@@ -213,7 +214,9 @@ def _media_findings(media: Sequence[tuple[int, int, str]], layout: Layout,
 
 
 def make_report(model: str | None, block_size: int, prompt_tokens: int, stable_tokens: int,
-                findings: list[Finding]) -> LintReport:
+                findings: list[Finding], passage_tokens: int = 0) -> LintReport:
+    """``passage_tokens``: tokens of the passages that differ per request (``document``
+    findings), which stay out of the cacheable prefix once fixed too (moved after it)."""
     first_warning = min((f.token_start if f.token_start is not None else stable_tokens
                          for f in findings if f.severity == "warning"), default=stable_tokens)
     ordered = sorted(findings, key=lambda f: (
@@ -221,7 +224,8 @@ def make_report(model: str | None, block_size: int, prompt_tokens: int, stable_t
     return LintReport(
         model=model, block_size=block_size, prompt_tokens=prompt_tokens,
         cacheable_prefix_tokens=floor_blocks(min(first_warning, stable_tokens), block_size),
-        cacheable_prefix_tokens_if_fixed=floor_blocks(stable_tokens, block_size),
+        cacheable_prefix_tokens_if_fixed=floor_blocks(max(0, stable_tokens - passage_tokens),
+                                                      block_size),
         findings=tuple(ordered))
 
 

@@ -29,6 +29,9 @@ SUGGESTIONS: dict[str, str] = {
     "nonce": "A random string is unique per request: drop it from the prompt.",
     "counter": f"A counter changes on every request: drop it, or {MOVE}.",
     "text": f"This span differs between requests of the same app: {MOVE}.",
+    "document": "A passage that differs per request (retrieved documents, search results, "
+                "a user's record) sits inside the shared prefix, so everything after it is "
+                f"recomputed on every request: put the fixed instructions first and {MOVE}.",
     "category": f"This span takes a few values (a tier, a plan, a region): {MOVE}, or keep "
                 "one prefix per value.",
     "unstable_json": "Serialize tools the same way every time: fixed key order "

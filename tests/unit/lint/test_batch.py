@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
@@ -292,3 +293,48 @@ def test_a_function_tools_own_key_order_is_not_unstable_json(batch: BatchLinter)
     (finding,) = report.groups[0].findings
     assert (finding.kind, finding.path, finding.severity) == ("unstable_json", "tools[0]",
                                                               "warning")
+
+
+WORDS = re.findall(r"\S+", "the shipment left our warehouse on March 3, 2024 and reached the "
+                   "depot two days later; Maria Lopez signed for order 48213 at 14:05 while "
+                   "the courier logged version 2.7 of the route plan, with 18 parcels and a "
+                   "refund of 42.50 euros for the damaged box, as the report of the regional "
+                   "office explains in its summary")
+
+
+def passage(rnd: random.Random, words: int) -> str:
+    start = rnd.randrange(len(WORDS))
+    return " ".join(WORDS[(start + i * rnd.choice((1, 3, 7))) % len(WORDS)] for i in range(words))
+
+
+def rag_requests(n: int, words: int, seed: int = 9) -> list[dict[str, Any]]:
+    """A retrieval app: fixed instructions, a retrieved passage of its own in each request's
+    system prompt, a fixed closing line."""
+    rnd = random.Random(seed)
+    return [{"model": "qwen", "messages": [
+        {"role": "system", "content": "You are the support assistant of Northwind. Use the "
+                                      "context below.\nContext:\n" + passage(rnd, words)
+                                      + "\nAnswer in one sentence and cite the context."},
+        {"role": "user", "content": f"Question {i}: what happened?"}]} for i in range(n)]
+
+
+def test_a_retrieved_passage_in_each_request_is_one_document_span(batch: BatchLinter) -> None:
+    report = batch.lint(rag_requests(12, 300), BLOCK)
+    (group,) = report.groups
+    (span,) = group.varying
+    assert span.kind == "document" and span.path == "messages[0].content"
+    assert span.distinct == 12
+    for single in report.reports:
+        warnings = [f for f in single.findings if f.severity == "warning"]
+        # one finding for the passage, not a date, a name, a counter found inside it
+        assert [f.kind for f in warnings] == ["document"]
+        assert "put the fixed instructions first" in warnings[0].suggestion
+        # the fix moves the passage after the shared prefix: it is not cacheable then either
+        assert single.cacheable_prefix_tokens_if_fixed < single.prompt_tokens // 4
+        assert single.cacheable_prefix_tokens_if_fixed >= single.cacheable_prefix_tokens
+
+
+def test_a_short_varying_value_is_still_what_the_patterns_say(batch: BatchLinter) -> None:
+    report = batch.lint(rag_requests(12, 6), BLOCK)
+    (group,) = report.groups
+    assert group.varying and all(s.kind != "document" for s in group.varying)

@@ -300,3 +300,18 @@ def test_an_invisible_difference_is_placed_at_the_request_that_has_it(
     assert report["requests"][0]["warnings"] == 0
     code, out = run(tmp_path, capsys, content)
     assert "warning  unicode          messages[0].content:6-8  token 4  '\\r\\n'" in out
+
+
+def test_a_long_varying_passage_is_shown_cut_short(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota",
+             "kappa", "lambda", "mu"]
+    lines = [json.dumps({"messages": [
+        {"role": "system", "content": "Answer from the context.\nContext: "
+         + " ".join(words[(i + j * 5) % len(words)] for j in range(400)) + "\nBe brief."},
+        {"role": "user", "content": "hello"}]}) for i in range(3)]
+    code, out = run(tmp_path, capsys, "\n".join(lines), name="rag.jsonl")
+    assert code == 1
+    (varies,) = [line for line in out.splitlines() if line.lstrip().startswith("varies")]
+    assert "document" in varies and varies.count("…") == 3 and len(varies) < 400
+    assert max(len(line) for line in out.splitlines()) < 400  # no passage printed whole
