@@ -221,6 +221,13 @@ def parse_line(text: str | bytes, number: int = 0) -> TraceLine | None:
         raise TraceFormatError(f"{where}: {exc}") from None
     if line.input_length <= 0 or line.output_length < 0 or line.block_size <= 0:
         raise TraceFormatError(f"{where}: lengths must be positive")
+    if (not {"block_size", "chat_id"} & item.keys()
+            and len(line.hash_ids) > -(-line.input_length // line.block_size)):
+        raise TraceFormatError(  # a Mooncake line has one id every 512 tokens, the last cut
+            f"{where}: {len(line.hash_ids)} hash ids for {line.input_length} tokens, more than "
+            f"one every {line.block_size} tokens (Mooncake's): this trace's ids stand for fewer "
+            "tokens, and read as 512 most of its shared prefixes would be lost; say how many "
+            "with a block_size field on each line, e.g. jq -c '.block_size = 16'")
     return line
 
 

@@ -149,3 +149,17 @@ def test_the_command_replays_a_csv_and_says_what_it_refused(
     assert replay_cli.main([str(azure), "--replicas", "1", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["notes"] and document["replays"][0]["rejected"] == 1
+
+
+def test_ids_of_fewer_tokens_than_mooncakes_512_are_refused_not_mostly_dropped(
+        tmp_path: Path) -> None:
+    """62 ids for 1,000 tokens is a trace of 16-token ids without its block size: read as
+    512 tokens an id, its prompts used 2 ids each and lost the prefixes the others share."""
+    line = {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": list(range(62))}
+    path = tmp_path / "ids16.jsonl"
+    path.write_text(_text([line]))
+    with pytest.raises(TraceFormatError, match="62 hash ids for 1000 tokens.*block_size"):
+        read_lines([path])
+    path.write_text(_text([{**line, "block_size": 16}]))  # said: read as it says
+    (read,) = read_lines([path])
+    assert read.block_size == 16 and len(read.hash_ids) == 62
