@@ -202,7 +202,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         traces=tuple(os.fspath(t) for t in args.traces), requests=len(workload),
         duration_s=workload.duration_s, speed=args.speed, model=workload.model,
         latency=latency, latency_source=latency_source, capacity=capacity, policy=policy,
-        recorded=recorded, notes=trace_notes(workload))
+        recorded=recorded, notes=trace_notes(workload, capacity.max_model_len))
     document = as_json(context, outcomes, question, answer)
     if args.out:
         args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

@@ -49,9 +49,10 @@ IMPLAUSIBLE_RATE = 1000.0
 """Requests a second over a whole trace past which its timestamps are likely seconds."""
 
 
-def trace_notes(workload: Workload) -> tuple[str, ...]:
+def trace_notes(workload: Workload, max_model_len: int | None = None) -> tuple[str, ...]:
     """Warnings about a trace that the figures alone would hide: no prefix information
-    (every prompt its own), or a pace that says the timestamps are not milliseconds."""
+    (every prompt its own), a pace that says the timestamps are not milliseconds, prompts
+    that the planned replicas' ``max_model_len`` would refuse and the replay serves."""
     notes = []
     items = workload.items
     if items and not any(item.hash_ids for item in items):
@@ -63,6 +64,13 @@ def trace_notes(workload: Workload) -> tuple[str, ...]:
         notes.append(f"{len(items):,} requests in {span:.3f} s ({len(items) / span:,.0f} a "
                      "second): if the trace's timestamps are seconds, not milliseconds, this "
                      "replays it 1000 times too fast")
+    if max_model_len:
+        longer = sum(1 for item in items if item.input_length > max_model_len)
+        if longer:
+            notes.append(f"{longer:,} of {len(items):,} prompts are longer than the planned "
+                         f"max_model_len ({max_model_len:,} tokens): real replicas would refuse "
+                         "them, the replay serves them (it refuses only what a KV cache "
+                         "cannot hold)")
     return tuple(notes)
 
 

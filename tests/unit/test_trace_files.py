@@ -163,3 +163,13 @@ def test_ids_of_fewer_tokens_than_mooncakes_512_are_refused_not_mostly_dropped(
     path.write_text(_text([{**line, "block_size": 16}]))  # said: read as it says
     (read,) = read_lines([path])
     assert read.block_size == 16 and len(read.hash_ids) == 62
+
+
+def test_prompts_over_the_planned_max_model_len_are_counted_in_a_note() -> None:
+    """The replay serves them (vLLM would refuse them): the report said nothing of it."""
+    from gateway.trace.format import TraceLine
+    workload = build_workload([TraceLine(i * 1000, length, 5, (1,))
+                               for i, length in enumerate((100, 40_000, 33_000, 2_000))])
+    assert trace_notes(workload) == ()
+    (note,) = trace_notes(workload, max_model_len=32_768)
+    assert note.startswith("2 of 4 prompts are longer than the planned max_model_len (32,768")
