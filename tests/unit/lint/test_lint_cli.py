@@ -300,3 +300,12 @@ def test_an_invisible_difference_is_placed_at_the_request_that_has_it(
     assert report["requests"][0]["warnings"] == 0
     code, out = run(tmp_path, capsys, content)
     assert "warning  unicode          messages[0].content:6-8  token 4  '\\r\\n'" in out
+
+
+def test_a_file_with_a_byte_order_mark_is_linted_and_placed_as_without(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Windows editors save UTF-8 with a byte order mark: it was "not JSON", status 2."""
+    plain = run(tmp_path, capsys, json.dumps(STAMPED))
+    marked = run(tmp_path, capsys, "\ufeff" + json.dumps(STAMPED), name="bom.json")
+    assert marked[0] == plain[0] == 1
+    assert marked[1].replace("bom.json", "prompt.json") == plain[1]
