@@ -151,6 +151,11 @@ def arrival_and_block(item: Mapping[str, Any]) -> tuple[float, int]:
     if "chat_id" in item and "block_size" not in item:
         return _number(item, "timestamp") * 1000.0, BAILIAN_BLOCK_TOKENS
     stamp = _number(item, "timestamp")
+    if abs(stamp) >= MAX_TIMESTAMP_MS:
+        raise ValueError(
+            f"timestamp {stamp:.0f} is past the year 5000 as milliseconds: microseconds or "
+            "nanoseconds? Convert it to milliseconds first, e.g. jq -c '.timestamp |= "
+            "(. / 1000 | round)' for microseconds")
     if "block_size" not in item and not stamp.is_integer():
         raise ValueError(
             f"timestamp {stamp!r} is not a whole number of milliseconds: Mooncake's timestamps "
@@ -159,6 +164,8 @@ def arrival_and_block(item: Mapping[str, Any]) -> tuple[float, int]:
     return stamp, int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS)
 
 
+MAX_TIMESTAMP_MS = 1e14
+"""A timestamp this large is no millisecond (the year 5138): microseconds or nanoseconds."""
 REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 

@@ -173,3 +173,13 @@ def test_prompts_over_the_planned_max_model_len_are_counted_in_a_note() -> None:
     assert trace_notes(workload) == ()
     (note,) = trace_notes(workload, max_model_len=32_768)
     assert note.startswith("2 of 4 prompts are longer than the planned max_model_len (32,768")
+
+
+def test_timestamps_in_microseconds_or_nanoseconds_are_refused(tmp_path: Path) -> None:
+    """Read as milliseconds, 17 minutes of traffic in microseconds would take 12 days."""
+    path = tmp_path / "us.jsonl"
+    path.write_text(_text([{**r, "timestamp": 1_796_282_980_522_000 + 1000 * r["timestamp"]}  # type: ignore[operator]
+                           for r in MOONCAKE]))
+    with pytest.raises(TraceFormatError, match="us.jsonl: trace line 1: .*microseconds or "
+                                               "nanoseconds"):
+        read_lines([path])
