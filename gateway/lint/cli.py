@@ -149,9 +149,9 @@ def build_linter(tokenizer: str | None, model: str | None, now: float | None) ->
 def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
     name = target.name
     if name == "-":
-        text = sys.stdin.read()
+        text = sys.stdin.read().removeprefix("\ufeff")
     else:
-        with open(name, encoding="utf-8") as handle:
+        with open(name, encoding="utf-8-sig") as handle:  # a Windows editor's byte order mark
             text = handle.read()
     requests = read_requests(text, name)
     report: LintReport | BatchReport

@@ -22,6 +22,14 @@ from gateway.lint.patterns import STANDARD_PREFIXES
 
 ROLE_MAILBOXES = frozenset(
     ["support", "help", "info", "sales", "contact", "noreply", "no-reply", "donotreply", "admin", "billing", "security", "privacy", "team", "hello", "feedback", "press", "careers", "jobs", "legal", "abuse", "postmaster", "webmaster", "service", "customerservice", "care", "office", "enquiries", "inquiries", "accounts", "orders", "returns"])
+ROLE_WORDS = frozenset(
+    ["team", "ops", "devops", "marketing", "partners", "compliance", "dpo",
+     "client", "clients", "customer", "customers", "kundenservice", "kundendienst", "kontakt",
+     "datenschutz", "service", "support", "soporte", "ventas", "atencion", "contacto", "ventes",
+     "relation", "relations", "assistance", "helpdesk", "servicedesk", "reservations", "booking",
+     "bookings", "notifications", "alerts", "newsletter", "kefu"])
+"""Words that make a mailbox a shared one when its name is made of them and others
+(``relation.client@``, ``ops-team@``, ``service-client@``): no person's name is."""
 EXAMPLE_DOMAINS = ("example.com", "example.org", "example.net", "example.edu")
 EXAMPLE_SUFFIXES = (".example", ".test", ".invalid", ".localhost", ".local")
 TOLL_FREE_NANP = frozenset({"800", "888", "877", "866", "855", "844", "833"})
@@ -173,6 +181,8 @@ class Identifiers:
         local, domain = match["local"].lower(), match["domain"].lower()
         if local in ROLE_MAILBOXES or local.split("+")[0] in ROLE_MAILBOXES:
             return None  # a shared mailbox is the same in every request
+        if not ROLE_WORDS.isdisjoint(re.split(r"[._+-]", local.split("+")[0])):
+            return None  # relation.client@, ops-team@: a shared mailbox too
         if domain in EXAMPLE_DOMAINS or domain.endswith(EXAMPLE_SUFFIXES):
             return None
         if self.looks_random(local, 12) or self._uuid_like(local):

@@ -40,6 +40,19 @@ def date_confidence(value: dt.date, today: dt.date) -> float:
     return 0.45
 
 
+YEARLESS_NEAR = 0.85
+YEARLESS_FAR = 0.45
+
+
+def yearless_confidence(month: int, day: int, today: dt.date) -> float:
+    """A day of the year written without its year ("7 December", "12月7日"): near today it is
+    likely today's date written short; further off it is more likely a day that comes back
+    every year -- a holiday, a fiscal year's start, a deadline -- that is, fixed text."""
+    days = [abs((value - today).days) for year in (today.year - 1, today.year, today.year + 1)
+            if (value := make_date(year, month, day)) is not None]
+    return YEARLESS_NEAR if days and min(days) <= NEAR_DAYS else YEARLESS_FAR
+
+
 def make_date(year: int, month: int, day: int) -> dt.date | None:
     try:
         return dt.date(year, month, day)
@@ -59,7 +72,8 @@ def _date_hit(match: re.Match[str], value: dt.date | None, today: dt.date,
               yearless: bool = False, detail: str = "") -> Hit | None:
     if value is None:
         return None
-    confidence = 0.85 if yearless else date_confidence(value, today)
+    confidence = (yearless_confidence(value.month, value.day, today) if yearless
+                  else date_confidence(value, today))
     return Hit("date", match.start(), match.end(), confidence, detail or value.isoformat())
 
 
@@ -140,7 +154,8 @@ def month_date(match: re.Match[str], t: str, today: dt.date,
         value = make_date(2024, month, int(g["d"]))  # Feb 29 without a year is a real day
     if value is None:
         return None
-    confidence = 0.85 if not year else date_confidence(value, today)
+    confidence = (yearless_confidence(value.month, value.day, today) if not year
+                  else date_confidence(value, today))
     return Hit("date", start, end, confidence, value.isoformat())
 
 

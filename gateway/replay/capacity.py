@@ -48,6 +48,8 @@ class Capacity:
     block_size: int
     source: str
     """How the number was arrived at, for the report."""
+    max_model_len: int | None = None
+    """The planned replicas' ``max_model_len``, when a plan gave the capacity."""
 
     @property
     def tokens(self) -> int:
@@ -87,4 +89,5 @@ def resolve_capacity(choice: CapacityChoice, block_size: int, default_blocks: in
     if planned.num_blocks <= 0:
         raise CapacityError(f"plan: no room for a KV cache ({source})")
     return Capacity(planned.num_blocks, block_size,
-                    f"{source}, KV {planned.kv_cache_dtype} ({choice.model_config})")
+                    f"{source}, KV {planned.kv_cache_dtype} ({choice.model_config})",
+                    max_model_len=planned.max_model_len)

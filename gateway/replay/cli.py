@@ -36,7 +36,7 @@ from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capac
 from gateway.replay.fleet import RECORDED, FleetSpec
 from gateway.replay.outcome import ReplayOutcome
 from gateway.replay.progress import ProgressBar
-from gateway.replay.report import ReplayContext, as_json, plot, render_text
+from gateway.replay.report import ReplayContext, as_json, plot, render_text, trace_notes
 from gateway.replay.search import Question, Replays, smallest_meeting
 from gateway.replay.workload import WorkloadError, build_workload, read_lines
 from gateway.trace.format import MOONCAKE_BLOCK_TOKENS, TraceFormatError
@@ -202,7 +202,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO) -> int:
         traces=tuple(os.fspath(t) for t in args.traces), requests=len(workload),
         duration_s=workload.duration_s, speed=args.speed, model=workload.model,
         latency=latency, latency_source=latency_source, capacity=capacity, policy=policy,
-        recorded=recorded)
+        recorded=recorded, notes=trace_notes(workload, capacity.max_model_len))
     document = as_json(context, outcomes, question, answer)
     if args.out:
         args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")

@@ -17,7 +17,7 @@ from engine.sim.latency import LatencyModel
 from gateway.replay.capacity import Capacity
 from gateway.replay.outcome import ReplayOutcome
 from gateway.replay.search import Question
-from gateway.replay.workload import Recorded
+from gateway.replay.workload import Recorded, Workload
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class ReplayContext:
     capacity: Capacity
     policy: str
     recorded: Recorded
+    notes: tuple[str, ...] = ()
+    """What the reader must know about the trace to read the figures (``trace_notes``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"traces": list(self.traces), "requests": self.requests,
@@ -40,7 +42,36 @@ class ReplayContext:
                 "latency_model_source": self.latency_source,
                 "kv_blocks": self.capacity.blocks, "block_size": self.capacity.block_size,
                 "kv_blocks_source": self.capacity.source, "policy": self.policy,
-                "recorded": self.recorded.as_dict()}
+                "recorded": self.recorded.as_dict(), "notes": list(self.notes)}
+
+
+IMPLAUSIBLE_RATE = 1000.0
+"""Requests a second over a whole trace past which its timestamps are likely seconds."""
+
+
+def trace_notes(workload: Workload, max_model_len: int | None = None) -> tuple[str, ...]:
+    """Warnings about a trace that the figures alone would hide: no prefix information
+    (every prompt its own), a pace that says the timestamps are not milliseconds, prompts
+    that the planned replicas' ``max_model_len`` would refuse and the replay serves."""
+    notes = []
+    items = workload.items
+    if items and not any(item.hash_ids for item in items):
+        notes.append("the trace has no hash ids (a CSV trace such as Azure's or BurstGPT's "
+                     "has none): every prompt is its own, so the hit rate is a floor and the "
+                     "answer a question of load alone")
+    span = workload.duration_s * workload.speed
+    if len(items) >= 100 and span > 0 and len(items) / span > IMPLAUSIBLE_RATE:
+        notes.append(f"{len(items):,} requests in {span:.3f} s ({len(items) / span:,.0f} a "
+                     "second): if the trace's timestamps are seconds, not milliseconds, this "
+                     "replays it 1000 times too fast")
+    if max_model_len:
+        longer = sum(1 for item in items if item.input_length > max_model_len)
+        if longer:
+            notes.append(f"{longer:,} of {len(items):,} prompts are longer than the planned "
+                         f"max_model_len ({max_model_len:,} tokens): real replicas would refuse "
+                         "them, the replay serves them (it refuses only what a KV cache "
+                         "cannot hold)")
+    return tuple(notes)
 
 
 def seconds(value: float | None) -> str:
@@ -78,6 +109,7 @@ def render_text(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
         (f"          {c.capacity.blocks:,} KV blocks of {c.capacity.block_size} tokens "
         f"({c.capacity.tokens:,} tokens) each ({c.capacity.source}); policy {c.policy}"),
     ]
+    lines += [f"note: {note}" for note in c.notes]
     r = c.recorded
     if r.replicas or r.ttft_p50_s is not None or r.hit_rate is not None:
         who = f"{len(r.replicas)} replicas ({', '.join(r.replicas)})" if r.replicas else "?"
@@ -96,6 +128,7 @@ def render_text(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
         lines.append(f"{n:5d}  {_percent(o.hit_rate):>8}  {seconds(o.ttft_p50_s):>8}  "
                      f"{seconds(o.ttft_p99_s):>8}  {seconds(o.tpot_p50_s):>8}  "
                      f"{o.requests_per_s:6.2f}  {busy:>7}  {_verdict(o)}")
+    lines += _refused_lines(outcomes, c.capacity.tokens)
     if question is not None:
         lines.append("")
         lines.append(answer_line(question, answer, outcomes))
@@ -103,6 +136,21 @@ def render_text(context: ReplayContext, outcomes: Mapping[int, ReplayOutcome],
     if shown is not None:
         lines += ["", f"per replica at N={shown}:"] + replica_lines(outcomes[shown])
     return "\n".join(lines) + "\n"
+
+
+def _refused_lines(outcomes: Mapping[int, ReplayOutcome], kv_tokens: int) -> list[str]:
+    """The requests no replica could hold, which every figure above leaves out."""
+    refused = {n: o.rejected for n, o in outcomes.items() if o.rejected}
+    if not refused:
+        return []
+    first = outcomes[min(refused)]
+    counts = set(refused.values())
+    where = ("at every count" if len(counts) == 1 and len(refused) == len(outcomes)
+             else "at N=" + ", ".join(f"{n} ({k:,})" for n, k in sorted(refused.items())))
+    line = (f"refused: {max(counts):,} of {first.rejected + first.requests:,} requests {where}, "
+            f"not replayed: prompt and answer longer than a replica's KV cache ({kv_tokens:,} "
+            "tokens); the figures above leave them out")
+    return [line]
 
 
 def answer_line(question: Question, answer: int | None,

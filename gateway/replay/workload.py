@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.sim.cache import block_hash, root_hash
-from gateway.trace.format import TraceFormatError, TraceLine, parse_line
+from gateway.trace.files import read_trace
+from gateway.trace.format import TraceLine
 from policies.hashing import block_hashes, chain_seed
 
 ID_TOKENS = 4
@@ -176,21 +177,15 @@ def nearest_rank(ordered: Sequence[float], q: float) -> float:
 
 
 def read_lines(paths: Iterable[str | Path]) -> list[TraceLine]:
-    """The trace lines of every file; a bad line's error names its file. The secret the
-    gateway keeps beside its trace (``PATH.key``, ``gateway.trace.writer``) holds no lines
-    and is skipped, so ``trace.jsonl*`` takes the trace and its rotated files."""
+    """The trace lines of every file (``gateway.trace.files``: gzip'd or not, JSON Lines or
+    a known CSV); a bad line's error names its file. The secret the gateway keeps beside
+    its trace (``PATH.key``, ``gateway.trace.writer``) holds no lines and is skipped, so
+    ``trace.jsonl*`` takes the trace and its rotated files."""
     lines: list[TraceLine] = []
     for path in map(Path, paths):
         if path.name.endswith(".key") and path.with_name(path.name[:-4]).exists():
             continue
-        with path.open("rb") as handle:
-            for number, text in enumerate(handle, 1):
-                try:
-                    line = parse_line(text, number)
-                except TraceFormatError as exc:
-                    raise TraceFormatError(f"{path}: {exc}") from None
-                if line is not None:
-                    lines.append(line)
+        lines.extend(read_trace(path))
     return lines
 
 

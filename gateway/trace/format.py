@@ -143,10 +143,46 @@ def arrival_and_block(item: Mapping[str, Any]) -> tuple[float, int]:
     """A trace record's arrival in milliseconds and its tokens per hash id, whichever
     public format it is in: a line of a Bailian usage trace (it has ``chat_id``,
     ``parent_chat_id`` and ``turn``) gives its ``timestamp`` in seconds and 16 tokens an
-    id; a Mooncake line milliseconds and 512 (or, ours, the ``block_size`` it says)."""
+    id; a Mooncake line milliseconds and 512 (or, ours, the ``block_size`` it says).
+
+    A Mooncake line's timestamp is a whole number of milliseconds; one with a fraction
+    (``61.114``) is a trace in seconds, which read as milliseconds would replay a thousand
+    times too fast: it is refused (ValueError), with what to do."""
     if "chat_id" in item and "block_size" not in item:
-        return float(item["timestamp"]) * 1000.0, BAILIAN_BLOCK_TOKENS
-    return float(item["timestamp"]), int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS)
+        return _number(item, "timestamp") * 1000.0, BAILIAN_BLOCK_TOKENS
+    stamp = _number(item, "timestamp")
+    if abs(stamp) >= MAX_TIMESTAMP_MS:
+        raise ValueError(
+            f"timestamp {stamp:.0f} is past the year 5000 as milliseconds: microseconds or "
+            "nanoseconds? Convert it to milliseconds first, e.g. jq -c '.timestamp |= "
+            "(. / 1000 | round)' for microseconds")
+    if "block_size" not in item and not stamp.is_integer():
+        raise ValueError(
+            f"timestamp {stamp!r} is not a whole number of milliseconds: Mooncake's timestamps "
+            "are milliseconds, and a trace in seconds read as milliseconds would replay 1000 "
+            "times too fast; convert it first, e.g. jq -c '.timestamp |= (. * 1000 | round)'")
+    return stamp, int(item.get("block_size") or MOONCAKE_BLOCK_TOKENS)
+
+
+MAX_TIMESTAMP_MS = 1e14
+"""A timestamp this large is no millisecond (the year 5138): microseconds or nanoseconds."""
+REQUIRED_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+def _number(item: Mapping[str, Any], name: str) -> float:
+    """A numeric field, or a ValueError that names it (a KeyError when it is missing)."""
+    value = item[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {value!r}")
+    return float(value)
+
+
+def _count(item: Mapping[str, Any], name: str) -> int:
+    """A token count: a whole number (a fraction or a string is refused, not cut)."""
+    value = _number(item, name)
+    if not value.is_integer():
+        raise ValueError(f"{name} must be a whole number of tokens, not {value!r}")
+    return int(value)
 
 
 class TraceFormatError(ValueError):
@@ -155,29 +191,50 @@ class TraceFormatError(ValueError):
 
 def parse_line(text: str | bytes, number: int = 0) -> TraceLine | None:
     """One record (None for a blank line); a Mooncake line without our fields reads
-    with ``block_size`` 512."""
+    with ``block_size`` 512. A bad line's error names the line, the field and why."""
     if not text.strip():
         return None
+    where = f"trace line {number}"
     try:
         item = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise TraceFormatError(f"{where}: not a JSON object on one line ({exc}); a trace is "
+                               "JSON Lines, one request a line") from None
+    if not isinstance(item, dict):
+        raise TraceFormatError(f"{where}: a JSON {type(item).__name__}, not an object with "
+                               + ", ".join(REQUIRED_FIELDS))
+    try:
         ttft = item.get("ttft_ms")
         cached = item.get("cached_tokens")
         session = item.get("session")
         stream = item.get("stream")
         arrival_ms, block_size = arrival_and_block(item)
+        hash_ids = item["hash_ids"]
+        if not isinstance(hash_ids, list):
+            raise TypeError(f"hash_ids must be a list of integers, not {hash_ids!r}")
         line = TraceLine(
-            timestamp_ms=round(arrival_ms), input_length=int(item["input_length"]),
-            output_length=int(item["output_length"]),
-            hash_ids=tuple(int(h) for h in item["hash_ids"]),
+            timestamp_ms=round(arrival_ms), input_length=_count(item, "input_length"),
+            output_length=_count(item, "output_length"),
+            hash_ids=tuple(int(h) for h in hash_ids),
             block_size=block_size,
             model=item.get("model"), replica=item.get("replica"), policy=item.get("policy"),
             stream=bool(stream) if stream is not None else None, ttft_ms=float(ttft) if ttft is not None else None,
             cached_tokens=int(cached) if cached is not None else None,
             session=int(session) if session is not None else None)
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise TraceFormatError(f"trace line {number}: {exc!r}") from None
+    except KeyError as exc:
+        raise TraceFormatError(f"{where}: no {exc.args[0]!r} field (a trace line needs "
+                               f"{', '.join(REQUIRED_FIELDS)})") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise TraceFormatError(f"{where}: {exc}") from None
     if line.input_length <= 0 or line.output_length < 0 or line.block_size <= 0:
-        raise TraceFormatError(f"trace line {number}: lengths must be positive")
+        raise TraceFormatError(f"{where}: lengths must be positive")
+    if (not {"block_size", "chat_id"} & item.keys()
+            and len(line.hash_ids) > -(-line.input_length // line.block_size)):
+        raise TraceFormatError(  # a Mooncake line has one id every 512 tokens, the last cut
+            f"{where}: {len(line.hash_ids)} hash ids for {line.input_length} tokens, more than "
+            f"one every {line.block_size} tokens (Mooncake's): this trace's ids stand for fewer "
+            "tokens, and read as 512 most of its shared prefixes would be lost; say how many "
+            "with a block_size field on each line, e.g. jq -c '.block_size = 16'")
     return line
 
 

@@ -6,14 +6,17 @@ Trace format: JSON Lines, one request per line::
      "hash_ids": [198, 199, ...]}
 
 Alibaba's Bailian (Qwen) usage traces read as well (``qwen_traceA_blksz_16.jsonl``:
-a line with ``chat_id``; its ``timestamp`` in seconds, 16 tokens an id), and the
-traces the gateway writes (their ``block_size``): ``gateway.trace.format``.
+a line with ``chat_id``; its ``timestamp`` in seconds, 16 tokens an id), the
+traces the gateway writes (their ``block_size``): ``gateway.trace.format``; and,
+as ``prefixgate replay`` reads them (``gateway.trace.files``), gzip'd files and the
+Azure LLM inference and BurstGPT CSVs, whose requests have no hash ids.
 
 ``timestamp`` is the arrival in milliseconds, lengths are tokens, and each
 hash id stands for one block of ``trace_block_tokens`` (512) prompt tokens:
 equal ids at the same position mean an equal prefix up to that block. The
 last block of a prompt may be partial (``input_length`` is not a multiple of
-512).
+512); what the ids do not cover (a tail shorter than a block, a request with no
+ids) is words of the request's own.
 
 Replay. Each hash id becomes a fixed run of words (:func:`.text.words`
 keyed by the id), so equal ids give equal text and therefore equal tokens;
@@ -31,7 +34,9 @@ remaining length, sent as one user message. Scaling, to fit small replicas:
   trace thins out while every kept family keeps all its requests and
   therefore its reuse (taking the first N requests instead keeps mostly
   cold starts: reuse in the trace is long-range);
-* ``offset`` / ``limit``: which requests of the (sampled) trace, in file order.
+* ``offset`` / ``limit``: which requests of the (sampled) trace, in order of
+  arrival (the records are sorted by timestamp first: an unsorted file paces as a
+  sorted one).
 
 The default trace is ``../shared/data/mooncake/`` beside the repository root
 (the layout of the development machines and CI); a directory means the one
@@ -47,7 +52,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gateway.trace.format import arrival_and_block
+from gateway.trace.files import read_trace
+from gateway.trace.format import TraceFormatError, arrival_and_block
 from loadtest.workloads.base import Conversation, Pacing, Turn, Workload
 from loadtest.workloads.text import words
 
@@ -135,14 +141,15 @@ def parse_trace(lines: Iterable[str]) -> list[TraceRecord]:
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"trace line {number}: {exc!r}") from None
-        if record.input_length <= 0 or not record.hash_ids:
+        if record.input_length <= 0:
             raise ValueError(f"trace line {number}: empty prompt")
         records.append(record)
     return records
 
 
-def prompt_text(record: TraceRecord, params: MooncakeParams) -> str:
-    """The prompt of one record: its blocks' words, the last block cut to length."""
+def prompt_text(record: TraceRecord, params: MooncakeParams, tail: str = "") -> str:
+    """The prompt of one record: its blocks' words, the last block cut to length, then
+    words keyed by ``tail`` (the request's own) for what its ids do not cover."""
     block_words = max(1, round((params.trace_block_tokens or record.block_tokens)
                                * params.length_scale))
     total = max(1, round(record.input_length * params.length_scale))
@@ -155,33 +162,42 @@ def prompt_text(record: TraceRecord, params: MooncakeParams) -> str:
         block = words(f"mooncake/block/{hash_id}", block_words)
         pieces.append(block if take == block_words else " ".join(block.split(" ")[:take]))
         remaining -= take
+    if remaining > 0:
+        pieces.append(words(f"mooncake/tail/{tail}", remaining))
     return " ".join(pieces)
 
 
-def in_sample(record: TraceRecord, family_sample: int) -> bool:
+def family(record: TraceRecord, index: int) -> str:
+    """Its prefix family: its first hash id; a record without ids is a family of its own."""
+    return f"h{record.hash_ids[0]}" if record.hash_ids else f"r{index}"
+
+
+def in_sample(record: TraceRecord, family_sample: int, index: int = 0) -> bool:
     """Whether the record's prefix family (its first hash id) is kept."""
     if family_sample == 1:
         return True
-    digest = hashlib.blake2b(str(record.hash_ids[0]).encode(), digest_size=8).digest()
+    key = str(record.hash_ids[0]) if record.hash_ids else f"r{index}"
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % family_sample == 0
 
 
 def build_from_records(records: list[TraceRecord], params: MooncakeParams) -> Workload:
-    chosen = [r for r in records if in_sample(r, params.family_sample)][params.offset :]
+    ordered = sorted(enumerate(records), key=lambda pair: pair[1].timestamp_ms)
+    chosen = [(i, r) for i, r in ordered if in_sample(r, params.family_sample, i)][params.offset:]
     if params.limit is not None:
         chosen = chosen[: params.limit]
     if not chosen:
         raise ValueError("no trace records selected (check offset/limit)")
-    start = chosen[0].timestamp_ms
+    start = chosen[0][1].timestamp_ms
     conversations = []
-    for index, record in enumerate(chosen, params.offset):
+    for index, (line, record) in enumerate(chosen, params.offset):
         output = min(params.max_output_len, max(1, round(record.output_length * params.output_scale)))
         conversations.append(
             Conversation(
                 id=f"t{index}",
-                group=f"h{record.hash_ids[0]}",
-                turns=(Turn(prompt_text(record, params), output),),
-                arrival=max(0.0, record.timestamp_ms - start) / 1000.0 / params.time_scale,
+                group=family(record, line),
+                turns=(Turn(prompt_text(record, params, tail=str(line)), output),),
+                arrival=(record.timestamp_ms - start) / 1000.0 / params.time_scale,
             )
         )
     return Workload(
@@ -194,6 +210,9 @@ def build_from_records(records: list[TraceRecord], params: MooncakeParams) -> Wo
 
 def build(params: MooncakeParams) -> Workload:
     path = resolve_trace(params.trace)
-    with path.open(encoding="utf-8") as handle:
-        records = parse_trace(handle)
+    try:
+        records = [TraceRecord(float(line.timestamp_ms), line.input_length, line.output_length,
+                               line.hash_ids, line.block_size) for line in read_trace(path)]
+    except TraceFormatError as exc:
+        raise ValueError(str(exc)) from None
     return build_from_records(records, dataclasses.replace(params, trace=str(path)))

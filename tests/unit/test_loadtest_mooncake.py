@@ -109,3 +109,29 @@ def test_a_bailian_trace_replays_at_its_pace_in_16_token_blocks() -> None:
     forced = build_from_records(parse_trace(_jsonl(lines)),
                                 MooncakeParams(length_scale=1.0, trace_block_tokens=512))
     assert forced.conversations[1].turns[0].user.split()[:40] != second[:40]  # one 512 block
+
+
+def test_other_trace_files_load_as_replay_reads_them(tmp_path: Path) -> None:
+    """A gzip'd, unsorted trace paces by its timestamps (file order had the early ones all
+    clamped to the first arrival); a CSV without hash ids gives each request its own prompt
+    of its own length (an empty prompt, refused, before)."""
+    import gzip
+
+    unsorted = [LINES[2], LINES[0], LINES[1]]
+    trace = tmp_path / "t.jsonl.gz"
+    trace.write_bytes(gzip.compress("\n".join(_jsonl(unsorted)).encode()))
+    workload = build(MooncakeParams(trace=str(trace)))
+    assert [c.arrival for c in workload.conversations] == [0.0, 0.5, 2.0]
+    assert [c.turns[0].max_tokens for c in workload.conversations] == [10, 256, 3]
+    azure = tmp_path / "azure.csv"
+    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:46.000,1600,10\n2023-11-16 18:15:47.500,1600,8\n")
+    workload = build(MooncakeParams(trace=str(azure), length_scale=1 / 16, family_sample=1))
+    first, second = (c.turns[0].user.split() for c in workload.conversations)
+    assert len(first) == len(second) == 100 and first[:20] != second[:20]
+    assert [c.arrival for c in workload.conversations] == [0.0, 1.5]
+    assert len({c.group for c in workload.conversations}) == 2
+    seconds = tmp_path / "seconds.jsonl"
+    seconds.write_text(json.dumps({**LINES[0], "timestamp": 0.5}) + "\n")
+    with pytest.raises(ValueError, match="seconds.jsonl: trace line 1: .*milliseconds"):
+        build(MooncakeParams(trace=str(seconds)))

@@ -163,3 +163,41 @@ def test_an_iso_week_near_now_is_a_date_and_one_far_from_it_is_not(detector: Det
 def test_more_cues_and_korean_dates(
         detector: Detector, text: str, expected: list[tuple[str, str]]) -> None:
     assert spans(detector, text) == expected
+
+
+@pytest.mark.parametrize(("text", "day", "confidence"), [
+    # fixed days of the year in a stable prompt: a warning made CI fail on each of them
+    ("The fiscal year starts on 1 April and ends on 31 March.", "1 April", 0.45),
+    ("Am 24. Juni und am 3. Oktober ist geschlossen.", "24. Juni", 0.45),
+    ("每年5月1日放假。", "5月1日", 0.45),
+    ("Le magasin est fermé le 14 juillet.", "14 juillet", 0.45),
+    # near today (2026-11-30), the same shape is likely today's date written short
+    ("Orders placed by December 5 ship this week.", "December 5", 0.85),
+    ("本月促销活动截止到12月20日。", "12月20日", 0.85),
+    ("Closed on 1 January.", "1 January", 0.85),  # across the new year: 32 days off
+    ("Today is 1 April.", "1 April", 0.97),  # a cue still says it is today's
+])
+def test_a_date_without_a_year_is_as_sure_as_it_is_near_today(
+        detector: Detector, text: str, day: str, confidence: float) -> None:
+    hits = [h for h in detector.scan(text, NOW) if text[h.start:h.end] == day]
+    assert [(h.kind, h.confidence) for h in hits] == [("date", confidence)]
+
+
+@pytest.mark.parametrize("text", [
+    "Pour toute réclamation, écrivez à relation.client@sncf.fr.",   # French role mailboxes
+    "Escalate to ops-team@corp.acme.internal or service-client@acme.fr.",
+    "キャンセル料は出発日の7日前から発生します。",  # N days before a date: policy, not the clock
+    "ご利用日3日前まで無料でキャンセルできます。",
+])
+def test_shared_mailboxes_and_days_before_a_date_are_left_alone(
+        detector: Detector, text: str) -> None:
+    assert spans(detector, text) == []
+
+
+@pytest.mark.parametrize(("text", "found"), [
+    ("3日前に注文した商品が届きません。", ("relative_time", "3日前")),
+    ("Write to maria.lopez@gmail.com today.", ("email", "maria.lopez@gmail.com")),
+])
+def test_the_clock_and_a_persons_mailbox_still_are_found(
+        detector: Detector, text: str, found: tuple[str, str]) -> None:
+    assert spans(detector, text) == [found]

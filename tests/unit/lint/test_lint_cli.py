@@ -315,3 +315,12 @@ def test_a_long_varying_passage_is_shown_cut_short(tmp_path: Path,
     (varies,) = [line for line in out.splitlines() if line.lstrip().startswith("varies")]
     assert "document" in varies and varies.count("…") == 3 and len(varies) < 400
     assert max(len(line) for line in out.splitlines()) < 400  # no passage printed whole
+
+
+def test_a_file_with_a_byte_order_mark_is_linted_and_placed_as_without(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Windows editors save UTF-8 with a byte order mark: it was "not JSON", status 2."""
+    plain = run(tmp_path, capsys, json.dumps(STAMPED))
+    marked = run(tmp_path, capsys, "\ufeff" + json.dumps(STAMPED), name="bom.json")
+    assert marked[0] == plain[0] == 1
+    assert marked[1].replace("bom.json", "prompt.json") == plain[1]
