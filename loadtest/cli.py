@@ -162,10 +162,20 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def _first_model(target: str) -> str:
-    async with httpx.AsyncClient(timeout=10.0) as client:
-        response = await client.get(target.rstrip("/") + "/v1/models")
-        response.raise_for_status()
-        return str(response.json()["data"][0]["id"])
+    """The first model ``target`` serves; ``SystemExit`` naming what went wrong when it
+    cannot say (a load test against a server that is not there ends with one line)."""
+    url = target.rstrip("/") + "/v1/models"
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            response = await client.get(url)
+            response.raise_for_status()
+            return str(response.json()["data"][0]["id"])
+    except httpx.HTTPError as exc:
+        raise SystemExit(f"loadtest: GET {url}: {type(exc).__name__}: {exc} (is the server "
+                         "up? --model NAME skips this question)") from None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise SystemExit(f"loadtest: GET {url} listed no model; give one with --model "
+                         "NAME") from None
 
 
 def run_command(args: argparse.Namespace, argv: Sequence[str]) -> int:

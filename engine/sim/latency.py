@@ -112,6 +112,11 @@ class LatencyModel:
     def from_dict(cls, data: Mapping[str, Any]) -> LatencyModel:
         if data.get("format") != FORMAT:
             raise LatencyModelError(f"format must be {FORMAT!r}, got {data.get('format')!r}")
+        missing = [name for name in PARAM_NAMES if name not in data]
+        if missing:
+            raise LatencyModelError(
+                f"no {', '.join(missing)}: a latency model needs {', '.join(PARAM_NAMES)} "
+                "(seconds; `prefixgate fit` writes them)")
         try:
             params = LatencyParams(*(float(data[name]) for name in PARAM_NAMES))
             return cls(params, block_size=int(data.get("block_size", 16)),
@@ -123,7 +128,7 @@ class LatencyModel:
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, LatencyModelError):
                 raise
-            raise LatencyModelError(f"bad latency model: {exc!r}") from None
+            raise LatencyModelError(f"bad latency model: {exc}") from None
 
     def write(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")

@@ -33,6 +33,7 @@ the status it would have had.
 from __future__ import annotations
 
 import argparse
+import codecs
 import datetime as dt
 import json
 import os
@@ -151,8 +152,8 @@ def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
     if name == "-":
         text = sys.stdin.read().removeprefix("\ufeff")
     else:
-        with open(name, encoding="utf-8-sig") as handle:  # a Windows editor's byte order mark
-            text = handle.read()
+        with open(name, "rb") as handle:
+            text = decoded(handle.read())
     requests = read_requests(text, name)
     report: LintReport | BatchReport
     if requests.single:
@@ -169,6 +170,23 @@ def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
                            else finding.request, finding)
                     for group in report.groups for finding in group.findings]
     return Linted(name, report, located)
+
+
+def decoded(raw: bytes) -> str:
+    """A prompt file's text: UTF-8, or UTF-16 or UTF-32 with the byte order mark Windows
+    editors write (as JSON's readers take them), the mark dropped."""
+    for mark, codec in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+                        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
+                        (codecs.BOM_UTF8, "utf-8-sig")):
+        if raw.startswith(mark):
+            break
+    else:
+        codec = "utf-8"
+    try:
+        return raw.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not {codec.upper().removesuffix('-SIG')} text (byte "
+                         f"{exc.start}: {exc.reason}); save it as UTF-8") from None
 
 
 def _place(name: str, requests: Requests, index: int, finding: Finding) -> Located:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 CONTENDERS = ["prefixgate:least_load", "sglang-router:cache_aware", "direct:sim0"]
 
@@ -81,3 +83,14 @@ def test_table_and_plots_are_written(compare_output: Path) -> None:
     for plot in ("ttft_cdf.png", "hit_rate_per_replica.png", "load_over_time.png"):
         data = (compare_output / plot).read_bytes()
         assert data.startswith(b"\x89PNG"), plot
+
+
+def test_a_run_against_a_server_that_is_not_there_ends_with_one_line(tmp_path: Path) -> None:
+    target = f"http://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "loadtest", "run", "--target", target, "--out", str(tmp_path),
+         "--workload", "shared-prefix"], cwd=REPO, capture_output=True, text=True,
+        timeout=120, check=False)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    assert f"GET {target}/v1/models: ConnectError" in done.stderr and "--model" in done.stderr

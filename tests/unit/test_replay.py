@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.sim.cli import build_parser, config_from_args, parse_args
-from engine.sim.latency import LatencyModel, LatencyParams
+from engine.sim.latency import LatencyModel, LatencyModelError, LatencyParams
 from gateway.replay import cli as replay_cli
 from gateway.replay import fit_cli
 from gateway.replay.capacity import CapacityChoice, CapacityError, resolve_capacity
@@ -428,3 +428,14 @@ def test_the_documented_glob_takes_the_rotated_files_and_not_the_key_beside_them
     broken.write_text("not a trace line\n")
     assert replay_cli.main([str(broken), "--latency-model", str(latency)]) == 2
     assert f"{broken}: trace line 1" in capsys.readouterr().err
+
+
+def test_a_latency_model_without_its_parameters_is_refused_by_their_names(
+        tmp_path: Path) -> None:
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps({"format": "prefixgate-latency-model/1",
+                                "step_overhead_s": 0.01}), encoding="utf-8")
+    with pytest.raises(LatencyModelError) as refused:
+        LatencyModel.read(path)
+    assert "no prefill_per_token_s, decode_per_seq_s" in str(refused.value)
+    assert "KeyError" not in str(refused.value)

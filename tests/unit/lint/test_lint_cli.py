@@ -324,3 +324,22 @@ def test_a_file_with_a_byte_order_mark_is_linted_and_placed_as_without(
     marked = run(tmp_path, capsys, "\ufeff" + json.dumps(STAMPED), name="bom.json")
     assert marked[0] == plain[0] == 1
     assert marked[1].replace("bom.json", "prompt.json") == plain[1]
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-32"])
+def test_a_utf16_or_utf32_file_with_its_byte_order_mark_is_linted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], codec: str) -> None:
+    plain = run(tmp_path, capsys, json.dumps(STAMPED))
+    path = tmp_path / "wide.json"
+    path.write_bytes(json.dumps(STAMPED).encode(codec))  # the codec writes its mark first
+    assert main(["lint", str(path), *NOW]) == plain[0] == 1
+    assert capsys.readouterr().out.replace("wide.json", "prompt.json") == plain[1]
+
+
+def test_a_file_that_is_not_utf8_is_status_2_with_a_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.json"
+    path.write_bytes(json.dumps({"messages": [{"role": "user", "content": "é"}]},
+                                ensure_ascii=False).encode("latin-1"))
+    assert main(["lint", str(path)]) == 2
+    assert "not UTF-8 text" in capsys.readouterr().err
