@@ -190,6 +190,9 @@ class Detector:
             groups = cluster.rstrip(".").split(".")
             if len(groups) > 3 or not all(g.isdigit() and len(g) <= 3 for g in groups):
                 return False
+            if len(groups) == 3 and len(groups[0]) <= 2 and len(groups[1]) <= 2 \
+                    and len(groups[2]) == 2:
+                return False  # 7.12.26, a short date (near today: temporal.num_date)
         before = t[s - 1] if s else " "
         if before in "vV" and (s < 2 or not t[s - 2].isalnum()):
             return True  # v4.2

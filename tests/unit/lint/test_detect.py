@@ -201,3 +201,14 @@ def test_shared_mailboxes_and_days_before_a_date_are_left_alone(
 def test_the_clock_and_a_persons_mailbox_still_are_found(
         detector: Detector, text: str, found: tuple[str, str]) -> None:
     assert spans(detector, text) == [found]
+
+
+def test_a_short_dotted_date_near_today_is_a_date_and_a_version_is_not(
+        detector: Detector) -> None:
+    """7.12.26, the German short date (day first, two-digit year), as "Stand:" or "Datum:"
+    write it; three small dotted numbers far from today are a version or a section."""
+    assert spans(detector, "Datum: 30.11.26. Hilf dem Kunden.") == [("date", "30.11.26")]
+    assert spans(detector, "Heute ist der 1.12.26.") == [("date", "1.12.26")]
+    for text in ("Requires 3.10.12 or later.", "Build 1.2.3 is stable.", "See 4.5.12 below.",
+                 "Version 30.11.26 of the API."):
+        assert spans(detector, text) == [], text
