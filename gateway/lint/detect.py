@@ -78,6 +78,8 @@ def _kana(word: str) -> bool:
 
 
 MARGIN = 40
+SPACED_HOUR = re.compile(r"[0-9][ \u00a0\u202f]h[ \u00a0\u202f][0-5][0-9]")
+"""``14 h 05``: French typography's time of day, spaces (often no-break ones) around the h."""
 CUE_REACH = 24
 """How far before a window a token's name may start (``Session token: k8Jd9sLq2Xz7``)."""
 CUE_CONFIDENCE = 0.97
@@ -199,6 +201,8 @@ class Detector:
         if before.isalnum() or before in "+(#$@:/-.":
             return False
         following = t[e:e + 16]
+        if SPACED_HOUR.match(t, e - 1):
+            return False  # 14 h 05
         if " ago" in following or "前" in following[:6]:
             return False  # "12 minutes ago", "3小时前"
         if t[max(0, s - 8):s].lower().endswith(RELATIVE_BEFORE):
@@ -236,7 +240,7 @@ class Detector:
                           for m in p.cjk_date.finditer(t, a, b)]
             if colon:
                 found += [temporal.clock(m) for m in p.time.finditer(t, a, b)]
-            if window.tokenish and "h" in w:
+            if "h" in w and (window.tokenish or SPACED_HOUR.search(w)):
                 found += [temporal.french_clock(m) for m in p.french_time.finditer(t, a, b)]
             if any(c in w for c in CJK_TIME_CHARS):
                 found += [temporal.cjk_time(m, t, p.ampm_before) for m in p.cjk_time.finditer(t, a, b)]

@@ -177,8 +177,10 @@ class PatternSet:
             (?P<y>[12][0-9]{{3}})(?![{_A}]|[-/.:][0-9])""", flags)
         """``7-Dec-2026``, ``07/Dec/2026`` (logs, Oracle, Apache)."""
         self.french_time = re.compile(
-            rf"(?<![{_A}:.])(?P<h>[0-9]{{1,2}})h(?P<mi>[0-5][0-9])(?![{_A}]|[.:][0-9])")
-        """``14h32``: the French way to write a time of day (a bare ``9h`` is a schedule's)."""
+            rf"(?<![{_A}:.])(?P<h>[0-9]{{1,2}})(?:h|[ \u00a0\u202f]h[ \u00a0\u202f])"
+            rf"(?P<mi>[0-5][0-9])(?![{_A}]|[.:][0-9])")
+        """``14h32``, ``14 h 32``: the French way to write a time of day (a bare ``9h`` or
+        ``9 h`` is a schedule's)."""
         self.month_before = re.compile(r"(?P<mon>[^\W\d_]{3,10})\.?\ {1,2}$")
         self.cjk_date = re.compile(r"""
             (?<![0-9])

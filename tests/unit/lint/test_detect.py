@@ -212,3 +212,9 @@ def test_a_short_dotted_date_near_today_is_a_date_and_a_version_is_not(
     for text in ("Requires 3.10.12 or later.", "Build 1.2.3 is stable.", "See 4.5.12 below.",
                  "Version 30.11.26 of the API."):
         assert spans(detector, text) == [], text
+
+
+def test_a_french_time_with_spaces_around_the_h_is_a_time(detector: Detector) -> None:
+    assert spans(detector, "Il est 14 h 07 à Paris.") == [("time", "14 h 07")]
+    assert spans(detector, "Il est 14\u202fh\u202f07.") == [("time", "14\u202fh\u202f07")]
+    assert spans(detector, "Ouvert de 9 h à 18 h.") == []
