@@ -16,6 +16,7 @@ linter's own API checks it (``gateway.server.lint_routes``); extra fields are ke
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -70,13 +71,20 @@ def flag(value: Any) -> bool:
 
 
 def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as vLLM reads it (FastAPI's ``json.loads``): orjson first, and where
+    orjson refuses, Python's reader, which also takes ``NaN``, ``Infinity``, numbers
+    beyond a double (read as infinite) and lone surrogate escapes, as vLLM does (a
+    ``NaN`` in ``metadata`` or a tool schema's ``Infinity`` bound is no error there)."""
     if not raw.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
     raw = raw.removeprefix(BOM)  # vLLM's JSON reader takes a byte order mark; orjson does not
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data

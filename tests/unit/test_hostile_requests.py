@@ -99,3 +99,26 @@ async def test_a_deep_body_without_model_gets_the_model_added_as_sent() -> None:
     assert response.status_code == 200, response.text
     assert replica.requests[-1]["model"] == "m"
     assert replica.requests[-1]["messages"] == [{"role": "user", "content": "x"}]
+
+
+async def test_nan_and_infinity_go_to_the_replica_as_sent(qwen_dir: str) -> None:
+    # Python's json writes NaN and Infinity (allow_nan), and vLLM reads them: a NaN in
+    # metadata, an infinite bound in a tool's schema are no error there (a 400 here before).
+    tools = ('[{"type": "function", "function": {"name": "f", "parameters": {"type": '
+             '"object", "properties": {"a": {"type": "number", "maximum": Infinity}}}}}]')
+    bodies = ['{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+              '"metadata": {"x": NaN}, "length_penalty": -Infinity}',
+              '{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}'
+              .replace("TOOLS", tools),
+              '{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+              '{"model": "m", "prompt": "a\\udc00", "temperature": 1e400}']
+    replica = FakeReplica("a")
+    async with gateway([replica], models=[{"name": "m", "tokenizer": qwen_dir}]) as client:
+        for body in bodies:
+            path = "/v1/completions" if '"prompt"' in body else "/v1/chat/completions"
+            response = await client.post(path, content=body,
+                                         headers={"content-type": "application/json"})
+            assert response.status_code == 200, response.text
+    # (the replica also got the tokenizer's render checks)
+    assert any(str(r.get("metadata", {}).get("x")) == "nan" for r in replica.requests)
+    assert any(r.get("prompt") == "a\udc00" for r in replica.requests)
