@@ -106,8 +106,8 @@ async def test_nan_and_infinity_go_to_the_replica_as_sent(qwen_dir: str) -> None
     # metadata, an infinite bound in a tool's schema are no error there (a 400 here before).
     tools = ('[{"type": "function", "function": {"name": "f", "parameters": {"type": '
              '"object", "properties": {"a": {"type": "number", "maximum": Infinity}}}}}]')
-    bodies = ['{"model": "m", "messages": [{"role": "user", "content": "x"}], '
-              '"metadata": {"x": NaN}, "length_penalty": -Infinity}',
+    bodies = [('{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+               '"metadata": {"x": NaN}, "length_penalty": -Infinity}'),
               '{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}'
               .replace("TOOLS", tools),
               '{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
@@ -122,3 +122,17 @@ async def test_nan_and_infinity_go_to_the_replica_as_sent(qwen_dir: str) -> None
     # (the replica also got the tokenizer's render checks)
     assert any(str(r.get("metadata", {}).get("x")) == "nan" for r in replica.requests)
     assert any(r.get("prompt") == "a\udc00" for r in replica.requests)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"])
+async def test_a_body_in_another_unicode_encoding_gets_the_model_added(encoding: str) -> None:
+    # vLLM's JSON reader takes UTF-16 and UTF-32 bodies: the model the gateway adds must
+    # not be appended as UTF-8 bytes to them (vLLM could not read the result).
+    body = '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}'.encode(encoding)
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", content=body,
+                                     headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert replica.requests[-1] == {"messages": [{"role": "user", "content": "x"}],
+                                    "max_tokens": 3, "model": "m"}
