@@ -136,3 +136,16 @@ async def test_a_body_in_another_unicode_encoding_gets_the_model_added(encoding:
     assert response.status_code == 200, response.text
     assert replica.requests[-1] == {"messages": [{"role": "user", "content": "x"}],
                                     "max_tokens": 3, "model": "m"}
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/json; charset=utf-8"])
+async def test_the_content_type_goes_on_as_the_client_sent_it(content_type: str | None) -> None:
+    # vLLM refuses a JSON route's body without `application/json` (a 400); a body sent
+    # with no content type at all (requests' `data=json.dumps(...)`) got one added here.
+    replica = FakeReplica("a")
+    headers = {"content-type": content_type} if content_type else {}
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", headers=headers,
+                                     content=b'{"model": "m", "messages": []}')
+    assert response.status_code == 200
+    assert replica.headers_seen[-1].get("content-type") == content_type
