@@ -196,5 +196,10 @@ def test_a_lone_surrogate_escape_is_read_as_vllm_reads_it() -> None:
 @pytest.mark.parametrize("raw", [b'{"model": ', b'{"a": 1} x', b"{'a': 1}", b'{"a": nan}',
                                  b"[" * 5000 + b"]" * 5000, b'{"a": "\xff"}'])
 def test_what_neither_reader_takes_is_a_400(raw: bytes) -> None:
-    with pytest.raises(InvalidRequest, match="not valid JSON"):
+    with pytest.raises(InvalidRequest, match="not valid (UTF-8 )?JSON"):
         parse_json(raw)
+
+
+def test_a_body_that_is_not_utf8_says_so() -> None:
+    with pytest.raises(InvalidRequest, match="not valid UTF-8 JSON: 'utf-8' codec can't decode"):
+        parse_json('{"prompt": "café"}'.encode("latin-1"))
