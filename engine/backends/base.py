@@ -23,17 +23,16 @@ DROP_REQUEST_HEADERS = frozenset({"host", "content-length", "connection", "trans
 it asks for them uncompressed."""
 
 JSON = "application/json"
-"""The content type a body is sent with when the caller's headers name none."""
+"""The content type of the bodies the gateway writes itself (its render checks)."""
 
 
 def outgoing_headers(headers: Mapping[str, str], auth: Mapping[str, str]) -> dict[str, str]:
-    """The headers a backend sends: the caller's less hop-by-hop ones, its own auth,
-    and a content type (JSON unless the caller named one, e.g. a multipart form)."""
+    """The headers a backend sends: the caller's less hop-by-hop ones, and its own auth.
+    The content type is the caller's, and none when it named none: a client's body sent
+    without one reaches vLLM without one, which vLLM refuses as it would directly (a
+    400: only ``application/json`` is allowed; a JSON type added here made it a 200)."""
     out = {k: v for k, v in headers.items() if k.lower() not in DROP_REQUEST_HEADERS}
-    content_type = next((v for k, v in out.items() if k.lower() == "content-type"), JSON)
-    out = {k: v for k, v in out.items() if k.lower() != "content-type"}
     out.update(auth)
-    out["content-type"] = content_type
     return out
 
 
@@ -90,8 +89,8 @@ class Backend(Protocol):
     async def send(
         self, path: str, body: bytes, headers: Mapping[str, str], method: str = "POST"
     ) -> UpstreamResponse:
-        """Send ``body`` to ``path`` (``method``, POST unless said; a ``content-type``
-        in ``headers`` is kept, JSON otherwise); returns once the status line arrived."""
+        """Send ``body`` to ``path`` (``method``, POST unless said; its ``content-type``
+        the one in ``headers``, none without); returns once the status line arrived."""
         ...
 
     async def get(self, path: str) -> tuple[int, bytes]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from engine.backends.base import Backend
+from engine.backends.base import JSON, Backend
 from engine.errors import EngineError
 from engine.tokenizer import RenderError
 from gateway.prompt.render import PromptHasher
@@ -114,7 +114,7 @@ async def check_replica(model: str, hasher: PromptHasher, backend: Backend) -> R
 async def _tokenize(backend: Backend, model: str,
                     chat: Mapping[str, Any]) -> tuple[int, list[int] | None]:
     body = orjson.dumps({"model": model, "add_generation_prompt": True, **chat})
-    response = await backend.send("/tokenize", body, {})
+    response = await backend.send("/tokenize", body, {"content-type": JSON})
     raw = await response.read()
     if response.status_code != 200:
         return response.status_code, None

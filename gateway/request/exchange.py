@@ -20,6 +20,7 @@ the request has left (``lint``), and never holds the answer back.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -141,7 +142,7 @@ class Exchange:
         """Read what routing needs (``fields``, ``prompt``) and what goes on to the replica."""
         headers = self.client.headers
         if self.route.body == "json":
-            self.data = parse_json(raw)
+            self.data = parse_json(raw, headers.get("content-encoding", ""))
             self.fields = routing_fields(self.data)
         elif self.route.body == "form":
             self.fields = routing_fields(
@@ -256,7 +257,11 @@ def with_model(body: bytes, data: dict[str, Any], model: str) -> bytes:
 def with_member(body: bytes, data: dict[str, Any], name: str, value: str) -> bytes:
     """The JSON object ``body`` with ``name`` set, as its last key (so it wins over
     one the client sent), the rest as the client sent it: re-encoding would fail on a
-    body nested deeper than orjson encodes (255 levels), which the replica may still take."""
+    body nested deeper than orjson encodes (255 levels), which the replica may still take.
+    A body in UTF-16 or UTF-32, which vLLM's reader takes too, is re-encoded as a whole
+    (as UTF-8 JSON, with Python's writer: ``NaN`` stays ``NaN``)."""
     if not data:
         return orjson.dumps({name: value})
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        return json.dumps({**data, name: value}).encode()
     return body.rstrip()[:-1] + b"," + orjson.dumps(name) + b":" + orjson.dumps(value) + b"}"

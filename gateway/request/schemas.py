@@ -16,6 +16,7 @@ linter's own API checks it (``gateway.server.lint_routes``); extra fields are ke
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -69,17 +70,39 @@ def flag(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() in _TRUE
 
 
-def parse_json(raw: bytes) -> dict[str, Any]:
+def parse_json(raw: bytes, content_encoding: str = "") -> dict[str, Any]:
+    """The body as vLLM reads it (FastAPI's ``json.loads``): orjson first, and where
+    orjson refuses, Python's reader, which also takes ``NaN``, ``Infinity``, numbers
+    beyond a double (read as infinite) and lone surrogate escapes, as vLLM does (a
+    ``NaN`` in ``metadata`` or a tool schema's ``Infinity`` bound is no error there).
+
+    A body neither reads is a 400 saying why: not UTF-8, or, when the client named a
+    ``content_encoding`` (a gzip body), that bodies are read uncompressed (as vLLM
+    reads them; its own answer, "There was an error parsing the body", says neither)."""
     if not raw.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
     raw = raw.removeprefix(BOM)  # vLLM's JSON reader takes a byte order mark; orjson does not
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError) as python_exc:
+            raise InvalidRequest(_unreadable(exc, python_exc, content_encoding)) from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data
+
+
+def _unreadable(exc: Exception, python_exc: Exception, content_encoding: str) -> str:
+    coding = content_encoding.strip().lower()
+    if coding and coding != "identity":
+        return (f"request body is not valid JSON: it came with Content-Encoding "
+                f"'{content_encoding.strip()}', and request bodies are read uncompressed; "
+                "send it without one")
+    if isinstance(python_exc, UnicodeDecodeError):
+        return f"request body is not valid UTF-8 JSON: {python_exc}"
+    return f"request body is not valid JSON: {exc}"
 
 
 class Open(BaseModel):

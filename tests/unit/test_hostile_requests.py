@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+
+import orjson
 import pytest
 
 from .fake_replica import FakeReplica
@@ -99,3 +102,69 @@ async def test_a_deep_body_without_model_gets_the_model_added_as_sent() -> None:
     assert response.status_code == 200, response.text
     assert replica.requests[-1]["model"] == "m"
     assert replica.requests[-1]["messages"] == [{"role": "user", "content": "x"}]
+
+
+async def test_nan_and_infinity_go_to_the_replica_as_sent(qwen_dir: str) -> None:
+    # Python's json writes NaN and Infinity (allow_nan), and vLLM reads them: a NaN in
+    # metadata, an infinite bound in a tool's schema are no error there (a 400 here before).
+    tools = ('[{"type": "function", "function": {"name": "f", "parameters": {"type": '
+             '"object", "properties": {"a": {"type": "number", "maximum": Infinity}}}}}]')
+    bodies = [('{"model": "m", "messages": [{"role": "user", "content": "x"}], '
+               '"metadata": {"x": NaN}, "length_penalty": -Infinity}'),
+              '{"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}'
+              .replace("TOOLS", tools),
+              '{"model": "m", "messages": [{"role": "user", "content": "a\\ud800b"}]}',
+              '{"model": "m", "prompt": "a\\udc00", "temperature": 1e400}']
+    replica = FakeReplica("a")
+    async with gateway([replica], models=[{"name": "m", "tokenizer": qwen_dir}]) as client:
+        for body in bodies:
+            path = "/v1/completions" if '"prompt"' in body else "/v1/chat/completions"
+            response = await client.post(path, content=body,
+                                         headers={"content-type": "application/json"})
+            assert response.status_code == 200, response.text
+    # (the replica also got the tokenizer's render checks)
+    assert any(str(r.get("metadata", {}).get("x")) == "nan" for r in replica.requests)
+    assert any(r.get("prompt") == "a\udc00" for r in replica.requests)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32-be", "utf-8-sig"])
+async def test_a_body_in_another_unicode_encoding_gets_the_model_added(encoding: str) -> None:
+    # vLLM's JSON reader takes UTF-16 and UTF-32 bodies: the model the gateway adds must
+    # not be appended as UTF-8 bytes to them (vLLM could not read the result).
+    body = '{"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}'.encode(encoding)
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", content=body,
+                                     headers={"content-type": "application/json"})
+    assert response.status_code == 200, response.text
+    assert replica.requests[-1] == {"messages": [{"role": "user", "content": "x"}],
+                                    "max_tokens": 3, "model": "m"}
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/json; charset=utf-8"])
+async def test_the_content_type_goes_on_as_the_client_sent_it(content_type: str | None) -> None:
+    # vLLM refuses a JSON route's body without `application/json` (a 400); a body sent
+    # with no content type at all (requests' `data=json.dumps(...)`) got one added here.
+    replica = FakeReplica("a")
+    headers = {"content-type": content_type} if content_type else {}
+    async with gateway([replica]) as client:
+        response = await client.post("/v1/chat/completions", headers=headers,
+                                     content=b'{"model": "m", "messages": []}')
+    assert response.status_code == 200
+    assert replica.headers_seen[-1].get("content-type") == content_type
+
+
+async def test_a_compressed_body_gets_a_400_that_says_why() -> None:
+    # vLLM reads bodies uncompressed too (its 400: "There was an error parsing the body");
+    # the gateway's said "str is not valid UTF-8: surrogates not allowed".
+    replica = FakeReplica("a")
+    async with gateway([replica]) as client:
+        response = await client.post(
+            "/v1/chat/completions", content=gzip.compress(orjson.dumps(CHAT)),
+            headers={"content-type": "application/json", "content-encoding": "gzip"})
+        plain = await client.post("/v1/chat/completions", content=orjson.dumps(CHAT),
+                                  headers={"content-type": "application/json",
+                                           "content-encoding": "gzip"})
+    assert response.status_code == 400
+    assert "Content-Encoding 'gzip'" in response.json()["error"]["message"]
+    assert plain.status_code == 200  # the body, not the header, decides (as in vLLM)

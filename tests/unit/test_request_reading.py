@@ -178,3 +178,28 @@ def test_the_clients_key_is_the_gateways_secret_only_with_client_keys(
 
 def test_a_body_may_start_with_a_byte_order_mark_as_vllm_reads_it() -> None:
     assert parse_json(b'\xef\xbb\xbf{"model": "m"}') == {"model": "m"}
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b'{"metadata": {"x": NaN}}', "nan"), (b'{"top_p": Infinity}', "inf"),
+    (b'{"top_p": -Infinity}', "-inf"), (b'{"temperature": 1e400}', "inf")])
+def test_numbers_orjson_refuses_are_read_as_vllm_reads_them(raw: bytes, expected: str) -> None:
+    # vLLM reads bodies with Python's json: NaN and infinities are values, not errors.
+    (value,) = parse_json(raw).values()
+    assert str(value.get("x") if isinstance(value, dict) else value) == expected
+
+
+def test_a_lone_surrogate_escape_is_read_as_vllm_reads_it() -> None:
+    assert parse_json(b'{"prompt": "a\\ud800b"}') == {"prompt": "a\ud800b"}
+
+
+@pytest.mark.parametrize("raw", [b'{"model": ', b'{"a": 1} x', b"{'a': 1}", b'{"a": nan}',
+                                 b"[" * 5000 + b"]" * 5000, b'{"a": "\xff"}'])
+def test_what_neither_reader_takes_is_a_400(raw: bytes) -> None:
+    with pytest.raises(InvalidRequest, match="not valid (UTF-8 )?JSON"):
+        parse_json(raw)
+
+
+def test_a_body_that_is_not_utf8_says_so() -> None:
+    with pytest.raises(InvalidRequest, match="not valid UTF-8 JSON: 'utf-8' codec can't decode"):
+        parse_json('{"prompt": "café"}'.encode("latin-1"))
