@@ -142,7 +142,7 @@ class Exchange:
         """Read what routing needs (``fields``, ``prompt``) and what goes on to the replica."""
         headers = self.client.headers
         if self.route.body == "json":
-            self.data = parse_json(raw, headers.get("content-encoding", ""))
+            self.data = parse_json(raw, headers)
             self.fields = routing_fields(self.data)
         elif self.route.body == "form":
             self.fields = routing_fields(

@@ -70,14 +70,14 @@ def flag(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() in _TRUE
 
 
-def parse_json(raw: bytes, content_encoding: str = "") -> dict[str, Any]:
+def parse_json(raw: bytes, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The body as vLLM reads it (FastAPI's ``json.loads``): orjson first, and where
     orjson refuses, Python's reader, which also takes ``NaN``, ``Infinity``, numbers
     beyond a double (read as infinite) and lone surrogate escapes, as vLLM does (a
     ``NaN`` in ``metadata`` or a tool schema's ``Infinity`` bound is no error there).
 
-    A body neither reads is a 400 saying why: not UTF-8, or, when the client named a
-    ``content_encoding`` (a gzip body), that bodies are read uncompressed (as vLLM
+    A body neither reads is a 400 saying why: not UTF-8, or, when the client's
+    ``headers`` name a content encoding (a gzip body), that bodies are read uncompressed (as vLLM
     reads them; its own answer, "There was an error parsing the body", says neither)."""
     if not raw.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
@@ -88,7 +88,8 @@ def parse_json(raw: bytes, content_encoding: str = "") -> dict[str, Any]:
         try:
             data = json.loads(raw)
         except (ValueError, RecursionError) as python_exc:
-            raise InvalidRequest(_unreadable(exc, python_exc, content_encoding)) from None
+            coding = (headers or {}).get("content-encoding", "")  # looked up only here
+            raise InvalidRequest(_unreadable(exc, python_exc, coding)) from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data
