@@ -15,7 +15,7 @@ from openai.lib._pydantic import to_strict_json_schema
 from pydantic import BaseModel, Field
 
 from engine.sim.answers import parse_output_rules, plan_answer, split_tokens
-from engine.sim.protocol import SimError
+from engine.sim.protocol import SimError, parse_json_object
 from engine.sim.schema_values import value_for_schema
 
 
@@ -125,3 +125,13 @@ def test_tool_choice_none_and_choice_constraints() -> None:
     plan = plan_answer(parse_output_rules({"structured_outputs": {"choice": ["yes", "no"]}}),
                        [user("?")], random.Random(0))
     assert "".join(plan.script or ()) in ("yes", "no")
+
+
+def test_the_sim_reads_a_body_as_vllm_does() -> None:
+    """NaN and a UTF-16 body: vLLM's reader (Python's json) takes them; orjson alone did not."""
+    assert parse_json_object(b'{"model": "m", "metadata": {"x": NaN}}',
+                             "application/json")["model"] == "m"
+    assert parse_json_object('{"model": "m"}'.encode("utf-16"), "application/json") == {
+        "model": "m"}
+    with pytest.raises(SimError):
+        parse_json_object(b'{"model": ', "application/json")
