@@ -226,7 +226,8 @@ def test_gateway_accepts_its_flags_config_and_environment(
     for env in container["env"]:
         if env["name"].startswith("PREFIXGATE_"):
             sample = {"PREFIXGATE_REDIS_URL": "redis://redis:6379/0",
-                      "PREFIXGATE_TENANT_SALT_SECRET": "s3cret"}[env["name"]]
+                      "PREFIXGATE_TENANT_SALT_SECRET": "s3cret",
+                      "PREFIXGATE_REPLICA_API_KEY": "k3y"}[env["name"]]
             assert load_settings(env={env["name"]: sample}) != load_settings(env={}), env
     # probes and graceful termination
     probes = {name: (container[name]["httpGet"]["path"], container[name]["httpGet"]["port"])
@@ -246,6 +247,21 @@ def test_redis_url_secret_and_the_in_cluster_redis(rendered: dict[str, list[Reso
     assert env["PREFIXGATE_REDIS_URL"]["valueFrom"]["secretKeyRef"]["key"] == "redis-url"
     service = one(resources, "Service", "redis")
     assert service["spec"]["ports"][0]["port"] == 6379
+
+
+def test_the_vllm_pods_and_the_gateway_take_one_optional_replica_key(
+        rendered: dict[str, list[Resource]]) -> None:
+    """vLLM's --api-key (VLLM_API_KEY) and the key the gateway sends its replicas come
+    from one key of the Secret; without it there, neither asks for one."""
+    for overlay, resources in rendered.items():
+        _, gateway = gateway_container(resources)
+        (vllm,) = one(resources, "StatefulSet", "vllm-qwen")["spec"]["template"]["spec"][
+            "containers"]
+        sent = {e["name"]: e for e in gateway["env"]}["PREFIXGATE_REPLICA_API_KEY"]
+        taken = {e["name"]: e for e in vllm["env"]}["VLLM_API_KEY"]
+        refs = [e["valueFrom"]["secretKeyRef"] for e in (sent, taken)]
+        assert refs[0] == refs[1] == {"name": "prefixgate-secrets", "key": "replica-api-key",
+                                      "optional": True}, overlay
 
 
 def test_scaling_and_disruption(rendered: dict[str, list[Resource]]) -> None:
