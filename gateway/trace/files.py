@@ -25,11 +25,14 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import gzip
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from gateway.trace.format import MOONCAKE_BLOCK_TOKENS, TraceFormatError, TraceLine, parse_line
+
+log = logging.getLogger("prefixgate.trace")
 
 GZIP_MAGIC = b"\x1f\x8b"
 BOM = b"\xef\xbb\xbf"
@@ -77,7 +80,7 @@ def read_trace(path: str | Path) -> Iterator[TraceLine]:
                     "conversation dataset such as ShareGPT has no arrival times or token "
                     "counts to replay; the trace formats read are " + FORMATS)
             else:
-                reader = _csv_reader(first, number)
+                reader = _csv_reader(first, number, path)
             yield from reader(_chain(number, first, lines))
     except TraceFormatError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
@@ -98,12 +101,14 @@ def _jsonl(lines: Iterator[tuple[int, bytes]]) -> Iterator[TraceLine]:
             yield line
 
 
-def _csv_reader(header_line: bytes, number: int
+def _csv_reader(header_line: bytes, number: int, path: Path
                 ) -> Callable[[Iterator[tuple[int, bytes]]], Iterator[TraceLine]]:
     header = [name.strip() for name in next(csv.reader([_text(header_line, number)]))]
-    if tuple(header[:len(AZURE_COLUMNS)]) == AZURE_COLUMNS:
+    # by the columns' names, wherever they stand: BurstGPT's later releases put "Session
+    # ID" and "Elapsed time" among them
+    if set(AZURE_COLUMNS) <= set(header):
         convert = _azure_row
-    elif tuple(header[:len(BURSTGPT_COLUMNS)]) == BURSTGPT_COLUMNS:
+    elif set(BURSTGPT_COLUMNS) <= set(header):
         convert = _burstgpt_row
     else:
         shown = ",".join(header)[:120]
@@ -112,6 +117,7 @@ def _csv_reader(header_line: bytes, number: int
 
     def rows(lines: Iterator[tuple[int, bytes]]) -> Iterator[TraceLine]:
         next(lines)  # the header
+        failed = 0
         for at, text in lines:
             if not text.strip():
                 continue
@@ -123,10 +129,16 @@ def _csv_reader(header_line: bytes, number: int
                 line = convert(dict(zip(header, (cell.strip() for cell in row), strict=False)))
             except (KeyError, ValueError) as exc:
                 raise TraceFormatError(f"trace line {at}: {exc}") from None
+            if line.input_length == 0 and line.output_length == 0:
+                failed += 1  # BurstGPT's failed requests: "0,0,0"
+                continue
             if line.input_length <= 0 or line.output_length < 0:
                 raise TraceFormatError(f"trace line {at}: the prompt must have tokens and "
                                        "the answer none or more")
             yield line
+        if failed:
+            log.warning("%s: %s row(s) with no tokens at all left out (failed requests, as "
+                        "BurstGPT's files hold them)", path, f"{failed:,}")
     return rows
 
 

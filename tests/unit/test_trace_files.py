@@ -183,3 +183,21 @@ def test_timestamps_in_microseconds_or_nanoseconds_are_refused(tmp_path: Path) -
     with pytest.raises(TraceFormatError, match="us.jsonl: trace line 1: .*microseconds or "
                                                "nanoseconds"):
         read_lines([path])
+
+
+def test_burstgpts_failed_rows_are_left_out_and_its_later_columns_read(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """BurstGPT_1.csv holds failed requests as "0,0,0" (its 22nd line is one), and its
+    later releases add "Session ID" and "Elapsed time" columns: the file was refused."""
+    burst = tmp_path / "BurstGPT_v2.csv"
+    burst.write_text("Timestamp,Session ID,Elapsed time,Model,Request tokens,Response tokens,"
+                     "Total tokens,Log Type\n"
+                     "5,,1.2,ChatGPT,472,18,490,Conversation log\n"
+                     "1106,,0.3,ChatGPT,0,0,0,Conversation log\n"
+                     "1129,7,2.0,GPT-4,1305,477,1782,Conversation log\n")
+    with caplog.at_level("WARNING", logger="prefixgate.trace"):
+        lines = read_lines([burst])
+    assert [(line.model, line.input_length, line.output_length) for line in lines] == [
+        ("ChatGPT", 472, 18), ("GPT-4", 1305, 477)]
+    assert "1 row(s) with no tokens at all left out" in caplog.text
+    assert str(burst) in caplog.text
