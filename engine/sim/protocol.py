@@ -17,12 +17,11 @@ rejected the same way, at the same layer:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from engine.api_shapes import read_json
 
 
 class SimError(Exception):
@@ -79,12 +78,9 @@ def parse_json_object(raw: bytes, content_type: str) -> dict[str, Any]:
             "header.content-type",
         )
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        try:  # what orjson refuses and vLLM's reader (Python's json) takes: NaN, UTF-16, ...
-            data = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise validation_error((0,), "JSON decode error", None, "json_invalid") from exc
+        data = read_json(raw)
+    except (ValueError, RecursionError) as exc:
+        raise validation_error((0,), "JSON decode error", None, "json_invalid") from exc
     if not isinstance(data, dict):
         raise validation_error(
             (), "Input should be a valid dictionary or object", data, "model_attributes_type"

@@ -262,6 +262,6 @@ def with_member(body: bytes, data: dict[str, Any], name: str, value: str) -> byt
     (as UTF-8 JSON, with Python's writer: ``NaN`` stays ``NaN``)."""
     if not data:
         return orjson.dumps({name: value})
-    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+    if b"\x00" in body[:4]:  # UTF-16 or UTF-32: JSON in UTF-8 holds no raw NUL
         return json.dumps({**data, name: value}).encode()
     return body.rstrip()[:-1] + b"," + orjson.dumps(name) + b":" + orjson.dumps(value) + b"}"

@@ -16,14 +16,13 @@ linter's own API checks it (``gateway.server.lint_routes``); extra fields are ke
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.api_shapes import read_json
 from gateway.errors import InvalidRequest
 
 _TRUE = frozenset({"true", "1", "yes", "on", "t", "y"})
@@ -71,10 +70,8 @@ def flag(value: Any) -> bool:
 
 
 def parse_json(raw: bytes, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The body as vLLM reads it (FastAPI's ``json.loads``): orjson first, and where
-    orjson refuses, Python's reader, which also takes ``NaN``, ``Infinity``, numbers
-    beyond a double (read as infinite) and lone surrogate escapes, as vLLM does (a
-    ``NaN`` in ``metadata`` or a tool schema's ``Infinity`` bound is no error there).
+    """The body as vLLM reads it (``engine.api_shapes.read_json``: a ``NaN`` in
+    ``metadata`` or a tool schema's ``Infinity`` bound is no error there).
 
     A body neither reads is a 400 saying why: not UTF-8, or, when the client's
     ``headers`` name a content encoding (a gzip body), that bodies are read uncompressed (as vLLM
@@ -83,26 +80,23 @@ def parse_json(raw: bytes, headers: Mapping[str, str] | None = None) -> dict[str
         raise InvalidRequest("request body is empty; expected a JSON object")
     raw = raw.removeprefix(BOM)  # vLLM's JSON reader takes a byte order mark; orjson does not
     try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as python_exc:
-            coding = (headers or {}).get("content-encoding", "")  # looked up only here
-            raise InvalidRequest(_unreadable(exc, python_exc, coding)) from None
+        data = read_json(raw)
+    except (ValueError, RecursionError) as exc:
+        coding = (headers or {}).get("content-encoding", "")  # looked up only here
+        raise InvalidRequest(_unreadable(exc, coding)) from None
     if not isinstance(data, dict):
         raise InvalidRequest("request body must be a JSON object")
     return data
 
 
-def _unreadable(exc: Exception, python_exc: Exception, content_encoding: str) -> str:
+def _unreadable(exc: Exception, content_encoding: str) -> str:
     coding = content_encoding.strip().lower()
     if coding and coding != "identity":
         return (f"request body is not valid JSON: it came with Content-Encoding "
                 f"'{content_encoding.strip()}', and request bodies are read uncompressed; "
                 "send it without one")
-    if isinstance(python_exc, UnicodeDecodeError):
-        return f"request body is not valid UTF-8 JSON: {python_exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"request body is not valid UTF-8 JSON: {exc}"
     return f"request body is not valid JSON: {exc}"
 
 
