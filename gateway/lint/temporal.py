@@ -27,8 +27,6 @@ from gateway.lint.patterns import (
 
 NEAR_DAYS = 45
 RECENT_DAYS = 400
-SHORT_DATE_DAYS = 45
-"""A dotted date with a two-digit year (7.12.26) is taken for one only this near today."""
 EPOCH_PAST_DAYS = 3 * 365
 EPOCH_FUTURE_DAYS = 365
 
@@ -98,9 +96,9 @@ def num_date(match: re.Match[str], today: dt.date) -> Hit | None:
         return _date_hit(match, make_date(int(g["y1"]), int(g["m1"]), int(g["d1"])), today)
     if g["y4"]:
         # 7.12.26: the German (and much of Europe's) short date, day first. Three small
-        # numbers with dots are a version as often: a date only near today.
+        # numbers with dots are a version as often: a date only near today (NEAR_DAYS).
         value = make_date(_year(g["y4"], today), int(g["m4"]), int(g["d4"]))
-        if value is None or abs((value - today).days) > SHORT_DATE_DAYS:
+        if value is None or abs((value - today).days) > NEAR_DAYS:
             return None
         return Hit("date", match.start(), match.end(), 0.6, value.isoformat())
     a, b, year_text = (g["a2"], g["b2"], g["y2"]) if g["a2"] else (g["a3"], g["b3"], g["y3"])

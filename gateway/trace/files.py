@@ -73,15 +73,14 @@ def read_trace(path: str | Path) -> Iterator[TraceLine]:
                 return
             head = first.lstrip()
             if head.startswith(b"{"):
-                reader: Callable[[Iterator[tuple[int, bytes]]], Iterator[TraceLine]] = _jsonl
+                yield from _jsonl(_chain(number, first, lines))
             elif head.startswith(b"["):
                 raise TraceFormatError(
                     f"trace line {number}: a JSON document, not a trace of one request a line. A "
                     "conversation dataset such as ShareGPT has no arrival times or token "
                     "counts to replay; the trace formats read are " + FORMATS)
-            else:
-                reader = _csv_reader(first, number, path)
-            yield from reader(_chain(number, first, lines))
+            else:  # the header read, the rows are what is left
+                yield from _csv_reader(first, number, path)(lines)
     except TraceFormatError as exc:
         raise TraceFormatError(f"{path}: {exc}") from None
     except (OSError, EOFError, UnicodeDecodeError) as exc:  # a truncated gzip, a bad byte
@@ -116,7 +115,6 @@ def _csv_reader(header_line: bytes, number: int, path: Path
                                f"({shown!r}); the trace formats read are " + FORMATS)
 
     def rows(lines: Iterator[tuple[int, bytes]]) -> Iterator[TraceLine]:
-        next(lines)  # the header
         failed = 0
         for at, text in lines:
             if not text.strip():
