@@ -176,7 +176,7 @@ def in_sample(record: TraceRecord, family_sample: int, index: int = 0) -> bool:
     """Whether the record's prefix family (its first hash id) is kept."""
     if family_sample == 1:
         return True
-    key = str(record.hash_ids[0]) if record.hash_ids else f"r{index}"
+    key = family(record, index).removeprefix("h")  # the first id, as sampled before
     digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % family_sample == 0
 
