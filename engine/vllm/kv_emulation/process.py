@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.spawning import held_exit
 from engine.vllm.local import ReplicaStartError, VllmCpuSetup, pick_ports
 
 ENGINE_DIR = Path(__file__).resolve().parents[1]
@@ -119,9 +120,12 @@ def running_emulation(spec: EmulationSpec | None = None, setup: VllmCpuSetup | N
                       log_dir: Path | None = None, timeout: float = 180.0
                       ) -> Iterator[EmulationServer]:
     """``with running_emulation() as emu: emu.base_url, emu.model("fp8")`` -- stopped on exit."""
-    server = launch(spec or EmulationSpec(), setup, log_dir)
+    server: EmulationServer | None = None
     try:
+        with held_exit():  # a SIGTERM's exit waits until the server is held
+            server = launch(spec or EmulationSpec(), setup, log_dir)
         server.wait_ready(timeout)
         yield server
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
