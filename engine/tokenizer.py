@@ -42,6 +42,25 @@ class RenderError(ValueError):
     """The request cannot be rendered (bad messages, template failure)."""
 
 
+UNENCODABLE = ("TextEncodeInput must be Union[TextInputSequence, "
+               "Tuple[InputSequence, InputSequence]]")
+"""vLLM's 400 for a text with a lone UTF-16 surrogate (its tokenizer's own words)."""
+
+
+class UnencodableText(RenderError):
+    """A text no tokenizer takes: a lone UTF-16 surrogate (``"\\ud800"`` escaped in a
+    JSON body is valid JSON, and Python reads it as such). vLLM answers 400."""
+
+
+def unencodable(text: str, exc: Exception) -> Exception:
+    """``UnencodableText`` where ``text`` has a lone surrogate, else ``exc`` as it was."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return UnencodableText(UNENCODABLE)
+    return exc
+
+
 class Renderer(Protocol):
     name: str
     units_per_token: int
@@ -465,9 +484,12 @@ class HFRenderer:
         """The Rust tokenizer's encoding. ``encode`` holds the GIL throughout (0.4 s for
         256k characters: every other thread, the event loop's included, waits);
         ``encode_batch`` releases it, so long texts off the loop go that way (same ids)."""
-        if not _lets_threads_in(text):
-            return self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+        try:
+            if not _lets_threads_in(text):
+                return self._tokenizer.encode(text, add_special_tokens=add_special_tokens)
+            return self._tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0]
+        except TypeError as exc:
+            raise unencodable(text, exc) from exc
 
     def decode(self, token_ids: Sequence[int]) -> str:
         try:
@@ -570,7 +592,10 @@ class ByteRenderer:
         return self.text_token_ids(self.render_chat(request), add_special_tokens=False)
 
     def text_token_ids(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return list(text.encode("utf-8"))
+        try:
+            return list(text.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise unencodable(text, exc) from exc
 
     def encode_with_offsets(self, text: str) -> None:
         return None  # bytes cost nothing to re-encode

@@ -25,6 +25,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.tokenizer import unencodable
 from policies.lru import LRU
 
 
@@ -44,7 +45,10 @@ class HFEncoder:
         self._tokenizer = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
 
     def ends(self, text: str) -> array:
-        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        try:
+            encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        except TypeError as exc:
+            raise unencodable(text, exc) from exc
         return array("l", (end for _, end in encoding.offsets))
 
     def specials(self) -> list[str]:
@@ -56,8 +60,11 @@ class ByteEncoder:
 
     def ends(self, text: str) -> array:
         out = array("l")
-        for index, char in enumerate(text):
-            out.extend([index + 1] * len(char.encode("utf-8")))
+        try:
+            for index, char in enumerate(text):
+                out.extend([index + 1] * len(char.encode("utf-8")))
+        except UnicodeEncodeError as exc:
+            raise unencodable(text, exc) from exc
         return out
 
     def specials(self) -> list[str]:

@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.tokenizer import Renderer, RenderError
+from engine.tokenizer import Renderer, RenderError, UnencodableText
 from gateway.config import LimitSettings
 from gateway.prompt.bounds import (
     ENTRY_BYTES,
@@ -586,6 +586,9 @@ class PromptHasher:
             if plan is None:
                 return empty
             request = self.finish(plan, await self.tokenize(plan), session_key, request_id)
+        except UnencodableText:  # the replica answers 400, as vLLM: no fault of ours
+            self.fell_back("error")
+            return empty
         except Exception as exc:  # noqa: BLE001 - see the docstring
             log.warning("routing could not analyse a request (%s); routed by load",
                         type(exc).__name__)

@@ -28,7 +28,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from engine.tokenizer import RenderError
+from engine.tokenizer import RenderError, UnencodableText
 from gateway.errors import InvalidRequest, ModelNotFound
 from gateway.jsonresp import JSONResponse
 from gateway.lint.model import BatchReport, LintReport
@@ -115,6 +115,10 @@ def build_lint_router(state: GatewayState, service: LintService, admin_keys: boo
         block_size = state.decider.block_size(model)
         try:
             report = await asyncio.to_thread(_lint, service, model, items, batch, block_size)
+        except UnencodableText:
+            raise InvalidRequest("the request holds a lone UTF-16 surrogate (an unpaired "
+                                 "\\ud800-\\udfff escape), which no tokenizer takes: vLLM "
+                                 "refuses it too", param="messages") from None
         except RenderError as exc:
             raise InvalidRequest(f"the request cannot be rendered with the chat template of "
                                  f"{model}: {exc}", param="messages") from None

@@ -147,6 +147,22 @@ def test_tokenize_detokenize_and_models_answer_as_vllm(real_gateway: GatewayProc
     assert all(c["detail"].startswith("5 probes") for c in checks.values()), checks
 
 
+def test_a_lone_surrogate_gets_vllms_own_answer(real_gateway: GatewayProcess,
+                                               vllm_pair: list[LocalReplica]) -> None:
+    """``"\\ud800"`` is valid JSON no tokenizer takes: vLLM's 400, the same through the
+    gateway (which forwards it, not its own 500)."""
+    direct = vllm_pair[0].info.base_url
+    for path, body in [("/v1/completions", {"prompt": "hi \ud800", "max_tokens": 2}),
+                       ("/v1/chat/completions", {"max_tokens": 2, "messages": [
+                           {"role": "user", "content": "\udfff"}]})]:
+        raw = json.dumps({"model": MODEL, **body}).encode()  # escaped: orjson refuses it
+        answers = [httpx.post(url + path, content=raw, timeout=30,
+                              headers={"content-type": "application/json"})
+                   for url in (direct, real_gateway.url)]
+        assert [a.status_code for a in answers] == [400, 400], path
+        assert answers[0].json()["error"] == answers[1].json()["error"], path
+
+
 def test_responses_follow_up_lands_where_vllm_stored_it(real_gateway: GatewayProcess,
                                                         vllm_pair: list[LocalReplica]) -> None:
     body = {"model": MODEL, "input": "Say hello.", "max_output_tokens": 4}

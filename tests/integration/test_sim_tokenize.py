@@ -95,3 +95,26 @@ def test_usage_counts_the_rendered_prompt(sim: SimProcess, renderer: HFRenderer)
         )
     assert response.usage is not None
     assert response.usage.prompt_tokens == len(renderer.chat_token_ids(CHAT))
+
+
+LONE_SURROGATE = [  # JSON that Python reads (as vLLM does), a text no tokenizer takes
+    ("/v1/completions", b'{"model": "qwen-sim", "prompt": "hi \\ud800", "max_tokens": 2}'),
+    ("/v1/completions", b'{"model": "qwen-sim", "prompt": ["a\\udfff"], "stream": true}'),
+    ("/v1/chat/completions",
+     b'{"model": "qwen-sim", "messages": [{"role": "user", "content": "\\ud800"}]}'),
+    ("/tokenize", b'{"model": "qwen-sim", "prompt": "\\ud800"}'),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), LONE_SURROGATE)
+def test_a_lone_surrogate_is_vllms_400_not_a_500(sim: SimProcess, path: str,
+                                                 body: bytes) -> None:
+    """vLLM 0.32's answer, checked by hand: its tokenizer's TypeError as a 400 (the
+    simulator answered 500 'Internal Server Error', and so did the gateway in front)."""
+    answer = httpx.post(f"{sim.base_url}{path}", content=body,
+                        headers={"content-type": "application/json"}, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "message": "TextEncodeInput must be Union[TextInputSequence, "
+                   "Tuple[InputSequence, InputSequence]]",
+        "type": "BadRequestError", "param": None, "code": 400}

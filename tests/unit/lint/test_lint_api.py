@@ -289,3 +289,23 @@ async def test_a_batch_of_chats_is_linted_by_its_first_conversation(qwen_dir: st
         await eventually_async(linted, what="the batch's first conversation linted")
         again = await client.post("/v1/chat/completions/batch", json=batch)
     assert again.status_code == 200 and again.headers["x-prefixgate-lint"] == "1"
+
+
+async def test_a_lone_surrogate_is_a_400_that_says_so(qwen_dir: str,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """``"\\ud800"`` escaped in a body is JSON the gateway reads (as vLLM does) and no
+    tokenizer takes: the lint endpoint answered 500; a routed request is the replica's
+    to answer, without a warning per request that routing failed."""
+    bad = b'{"model": "m", "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+    batch = b'{"model": "m", "requests": [{"messages": [{"role": "user", "content": "ok"}]}, ' \
+            b'{"messages": [{"role": "system", "content": "\\udfff"}]}]}'
+    headers = {"content-type": "application/json"}
+    async with gateway(qwen_dir) as client:
+        for body in (bad, batch):
+            answer = await client.post("/v1/prompt/lint", content=body, headers=headers)
+            assert answer.status_code == 400
+            error = answer.json()["error"]
+            assert "lone UTF-16 surrogate" in error["message"] and error["param"] == "messages"
+        routed = await client.post("/v1/chat/completions", content=bad, headers=headers)
+        assert routed.status_code == 200  # the fake replica's answer, forwarded
+    assert "could not analyse" not in caplog.text
