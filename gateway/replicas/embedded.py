@@ -70,17 +70,22 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> Non
     raise EmbeddedUnavailable(f"replica at {url} did not become healthy in {timeout:.0f}s")
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM every replica's group at once, SIGKILL what is left after ``grace``
+    seconds: one after another, replicas still loading (which finish their start-up
+    before they stop) took ``grace`` each."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @contextlib.contextmanager
@@ -113,8 +118,7 @@ def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator
         log.info("embedded simulated replicas: %s", ", ".join(r["url"] for r in replicas))
         yield replicas, [{"name": model, "tokenizer": tokenizer}]
     finally:
-        for proc in procs:
-            stop(proc)
+        stop(procs)
 
 
 @contextlib.contextmanager
