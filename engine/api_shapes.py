@@ -30,10 +30,14 @@ def read_json(raw: bytes) -> Any:
     it can, Python's reader where orjson refuses, which takes ``NaN``, ``Infinity``,
     numbers beyond a double (as infinite), lone surrogate escapes and UTF-16/32 bodies.
     Raises what Python's reader raises: ``ValueError`` (``UnicodeDecodeError`` for bytes
-    that are no Unicode text), ``RecursionError`` past its nesting depth."""
+    that are no Unicode text), ``RecursionError`` past its nesting depth. A body orjson
+    refuses as nested too deep (1,024 levels) is refused here: Python's reader would
+    recurse to its own limit first, where a garbage collection then fails too."""
     try:
         return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            raise ValueError(f"nested too deep: {exc}") from None
         return json.loads(raw)
 
 

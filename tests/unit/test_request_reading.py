@@ -203,3 +203,10 @@ def test_what_neither_reader_takes_is_a_400(raw: bytes) -> None:
 def test_a_body_that_is_not_utf8_says_so() -> None:
     with pytest.raises(InvalidRequest, match="not valid UTF-8 JSON: 'utf-8' codec can't decode"):
         parse_json('{"prompt": "café"}'.encode("latin-1"))
+
+
+def test_a_body_nested_past_orjsons_depth_says_so_without_pythons_reader() -> None:
+    """Python's reader recursed to its limit on it first, where a garbage collection's
+    callback failed too (``Exception ignored``, which CI's odd-body test caught)."""
+    with pytest.raises(InvalidRequest, match="nested too deep"):
+        parse_json(b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}")
