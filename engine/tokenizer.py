@@ -49,7 +49,11 @@ UNENCODABLE = ("TextEncodeInput must be Union[TextInputSequence, "
 
 class UnencodableText(RenderError):
     """A text no tokenizer takes: a lone UTF-16 surrogate (``"\\ud800"`` escaped in a
-    JSON body is valid JSON, and Python reads it as such). vLLM answers 400."""
+    JSON body is valid JSON, and Python reads it as such). vLLM answers 400 with
+    :data:`UNENCODABLE` (the message); ``explained`` says it in words a user follows."""
+
+    explained = ("holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape), "
+                 "which no tokenizer takes: vLLM refuses it too")
 
 
 def unencodable(text: str, exc: Exception) -> Exception:

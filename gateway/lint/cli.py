@@ -44,7 +44,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.cli_args import CommandParser
-from engine.tokenizer import RenderError, bundled_qwen_tokenizer_dir, load_renderer
+from engine.tokenizer import (
+    RenderError,
+    UnencodableText,
+    bundled_qwen_tokenizer_dir,
+    load_renderer,
+)
 from gateway.lint.batch import BatchLinter
 from gateway.lint.detect import Detector
 from gateway.lint.inputs import EMPTY_FOLDER, InputError, Requests, Target, expand, read_requests
@@ -240,6 +245,8 @@ def _unlinted(target: Target, exc: Exception) -> Unlinted:
         return Unlinted(target.name, message, exc.line, exc.column, skipped)
     if isinstance(exc, OSError):  # its text would repeat the file name
         return Unlinted(target.name, exc.strerror or type(exc).__name__)
+    if isinstance(exc, UnencodableText):  # its text is the tokenizer's, as vLLM answers
+        return Unlinted(target.name, f"the prompt {exc.explained}")
     return Unlinted(target.name, str(exc))
 
 

@@ -116,9 +116,8 @@ def build_lint_router(state: GatewayState, service: LintService, admin_keys: boo
         try:
             report = await asyncio.to_thread(_lint, service, model, items, batch, block_size)
         except UnencodableText:
-            raise InvalidRequest("the request holds a lone UTF-16 surrogate (an unpaired "
-                                 "\\ud800-\\udfff escape), which no tokenizer takes: vLLM "
-                                 "refuses it too", param="messages") from None
+            raise InvalidRequest(f"the request {UnencodableText.explained}",
+                                 param="messages") from None
         except RenderError as exc:
             raise InvalidRequest(f"the request cannot be rendered with the chat template of "
                                  f"{model}: {exc}", param="messages") from None

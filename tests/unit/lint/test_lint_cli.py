@@ -343,3 +343,16 @@ def test_a_file_that_is_not_utf8_is_status_2_with_a_reason(
                                 ensure_ascii=False).encode("latin-1"))
     assert main(["lint", str(path)]) == 2
     assert "not UTF-8 text" in capsys.readouterr().err
+
+
+def test_a_lone_surrogate_escape_is_status_2_in_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``"\\ud800"`` is valid JSON no tokenizer takes: the message was the tokenizer's own
+    ('TextEncodeInput must be Union[...]')."""
+    broken = write(tmp_path, "broken.json", json.dumps(
+        {"messages": [{"role": "system", "content": "Be brief.\ud800"}]}))
+    clean = write(tmp_path, "clean.json", json.dumps(CLEAN))
+    assert main(["lint", broken, clean]) == 2
+    err = capsys.readouterr().err
+    assert f"{broken}: the prompt holds a lone UTF-16 surrogate" in err
+    assert "TextEncodeInput" not in err
