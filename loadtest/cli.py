@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from engine.spawning import exit_on_signal
 from loadtest.cold_prompts import add_parser as add_cold_prompts_parser
 from loadtest.cold_prompts import cold_prompts_command
 from loadtest.compare import compare_command
@@ -210,12 +211,9 @@ def stop_cleanly_on_sigterm() -> None:
     context managers stop every replica and router the run started. Each runs in
     its own process group (``loadtest.processes``), so without this a killed run
     left them serving; one gateway of a killed run was found still probing its
-    vanished replicas 14 minutes later."""
-
-    def stop(signum: int, _frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, stop)
+    vanished replicas 14 minutes later. A SIGTERM while a process is spawned exits
+    once it is held (``engine.spawning``)."""
+    signal.signal(signal.SIGTERM, exit_on_signal)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

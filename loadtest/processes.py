@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from engine.spawning import held_exit
+
 
 def free_port() -> int:
     """An unused loopback port (released before returning; used right away)."""
@@ -52,7 +54,9 @@ class Service:
     def launch(self) -> None:
         """Start the process without waiting (see :meth:`wait_healthy`)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
+        # held: a SIGTERM's exit (loadtest.cli) waits until the child is self.process,
+        # which the way out stops, not a child of no one's in a group of its own
+        with self.log_path.open("ab") as log, held_exit():
             self.process = subprocess.Popen(
                 list(self.argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, env={**os.environ, **self.env}, cwd=self.cwd)
