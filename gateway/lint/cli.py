@@ -33,7 +33,6 @@ the status it would have had.
 from __future__ import annotations
 
 import argparse
-import codecs
 import datetime as dt
 import json
 import os
@@ -179,14 +178,9 @@ def lint_file(linter: Linter, target: Target, block_size: int) -> Linted:
 
 def decoded(raw: bytes) -> str:
     """A prompt file's text: UTF-8, or UTF-16 or UTF-32 with the byte order mark Windows
-    editors write (as JSON's readers take them), the mark dropped."""
-    for mark, codec in ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
-                        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"),
-                        (codecs.BOM_UTF8, "utf-8-sig")):
-        if raw.startswith(mark):
-            break
-    else:
-        codec = "utf-8"
+    editors write, told as JSON's reader tells them (``json.detect_encoding``), the mark
+    dropped."""
+    codec = json.detect_encoding(raw)
     try:
         return raw.decode(codec)
     except UnicodeDecodeError as exc:

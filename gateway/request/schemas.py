@@ -57,9 +57,6 @@ def routing_fields(data: Mapping[str, Any]) -> RoutingFields:
                          user=user if isinstance(user, str) else None, max_tokens=limit)
 
 
-BOM = b"\xef\xbb\xbf"
-
-
 def flag(value: Any) -> bool:
     """A boolean the way vLLM's pydantic models read one (JSON, form field or query)."""
     if isinstance(value, bool):
@@ -71,14 +68,14 @@ def flag(value: Any) -> bool:
 
 def parse_json(raw: bytes, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The body as vLLM reads it (``engine.api_shapes.read_json``: a ``NaN`` in
-    ``metadata`` or a tool schema's ``Infinity`` bound is no error there).
+    ``metadata``, a tool schema's ``Infinity`` bound or a byte order mark is no error
+    there).
 
     A body neither reads is a 400 saying why: not UTF-8, or, when the client's
     ``headers`` name a content encoding (a gzip body), that bodies are read uncompressed (as vLLM
     reads them; its own answer, "There was an error parsing the body", says neither)."""
     if not raw.strip():
         raise InvalidRequest("request body is empty; expected a JSON object")
-    raw = raw.removeprefix(BOM)  # vLLM's JSON reader takes a byte order mark; orjson does not
     try:
         data = read_json(raw)
     except (ValueError, RecursionError) as exc:
