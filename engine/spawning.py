@@ -1,4 +1,4 @@
-"""A SIGTERM that exits the process waits out a child's spawn, so the child is stopped too.
+"""Children in sessions of their own: started so that a SIGTERM stops them too, and stopped.
 
 ``prefixgate serve`` and ``prefixgate kv-quality`` start servers as children,
 each in a session of its own, and stop them on the way out; a SIGTERM while
@@ -15,13 +15,19 @@ the block's end, where whatever clean-up surrounds the block covers the child::
     ...
     with held_exit():
         procs.append(subprocess.Popen(args, start_new_session=True))
+
+:func:`stop_groups` stops such children: each one's process group at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 
 _state = threading.local()  # signal handlers run in the main thread: its holds count
 
@@ -50,3 +56,21 @@ def held_exit() -> Iterator[None]:
         if not _state.holds and pending is not None:
             _state.pending = None
             raise SystemExit(128 + pending)
+
+
+def stop_groups(procs: Sequence[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
+    """SIGTERM the process group of each child (``start_new_session``) at once, SIGKILL
+    what is left after ``grace`` seconds: one after another, children still starting up
+    (which finish that before they stop) took ``grace`` each."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.spawning import held_exit
+from engine.spawning import held_exit, stop_groups
 
 
 def free_port() -> int:
@@ -96,16 +95,8 @@ class Service:
 
     def stop(self, grace: float = 10.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_groups([process], grace)
 
 
 class ServiceGroup(contextlib.AbstractContextManager["ServiceGroup"]):

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from engine.spawning import held_exit
+from engine.spawning import held_exit, stop_groups
 from engine.tokenizer import bundled_qwen_tokenizer_dir
 from engine.vllm.local import LaunchSpec, VllmCpuSetup, running_replicas
 from gateway.config import EmbeddedSettings
@@ -70,24 +68,6 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float) -> Non
     raise EmbeddedUnavailable(f"replica at {url} did not become healthy in {timeout:.0f}s")
 
 
-def stop(procs: list[subprocess.Popen[bytes]], grace: float = 10.0) -> None:
-    """SIGTERM every replica's group at once, SIGKILL what is left after ``grace``
-    seconds: one after another, replicas still loading (which finish their start-up
-    before they stop) took ``grace`` each."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @contextlib.contextmanager
 def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator[Entries]:
     tokenizer = tokenizer or bundled_qwen_tokenizer_dir()
@@ -118,7 +98,7 @@ def simulated_replicas(cfg: EmbeddedSettings, tokenizer: str | None) -> Iterator
         log.info("embedded simulated replicas: %s", ", ".join(r["url"] for r in replicas))
         yield replicas, [{"name": model, "tokenizer": tokenizer}]
     finally:
-        stop(procs)
+        stop_groups(procs)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import signal
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from engine.spawning import held_exit
+from engine.spawning import held_exit, stop_groups
 from engine.vllm.local import ReplicaStartError, VllmCpuSetup, pick_ports
 
 ENGINE_DIR = Path(__file__).resolve().parents[1]
@@ -71,14 +70,7 @@ class EmulationServer:
             return "(no log)"
 
     def stop(self, grace: float = 10.0) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=5)
+        stop_groups([self.process], grace)
         with contextlib.suppress(OSError):
             (self.path_dir / "engine").unlink()
             self.path_dir.rmdir()
