@@ -586,12 +586,10 @@ class PromptHasher:
             if plan is None:
                 return empty
             request = self.finish(plan, await self.tokenize(plan), session_key, request_id)
-        except UnencodableText:  # the replica answers 400, as vLLM: no fault of ours
-            self.fell_back("error")
-            return empty
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log.warning("routing could not analyse a request (%s); routed by load",
-                        type(exc).__name__)
+            if not isinstance(exc, UnencodableText):  # that one is the replica's 400, as vLLM's
+                log.warning("routing could not analyse a request (%s); routed by load",
+                            type(exc).__name__)
             self.fell_back("error")
             return empty
         if self.work_pending:
