@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Create the project's venv and install prefixgate with its test tools.
-# Idempotent: a stamp keyed on pyproject.toml, setup.py and the C block table makes
+# Idempotent: a stamp keyed on pyproject.toml, setup.py and the C sources makes
 # reruns instant.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PY:-python3}"
 VENV="${VENV:-.venv}"
 stamp="$VENV/.prefixgate-installed"
-# Keyed on what the install builds from: the metadata, and the compiled block table.
-want="$(cat pyproject.toml setup.py policies/_blocktable.c | sha256sum | cut -d' ' -f1)"
+# Keyed on what the install builds from: the metadata, and the compiled modules.
+want="$(cat pyproject.toml setup.py policies/_blocktable.c gateway/_relay.c | sha256sum | cut -d' ' -f1)"
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0
 fi

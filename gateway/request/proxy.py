@@ -351,7 +351,7 @@ class Proxy:
                 self.lifecycle.complete(exchange)
 
         return RelayStream(upstream.chunks, upstream.status_code, headers, finish,
-                           first=first, seen=observer.feed, drain=self.drain,
+                           first=first, observer=observer, drain=self.drain,
                            disconnected=disconnected, pour=upstream.pour,
                            anthropic=exchange.route.errors == "anthropic",
                            events=_is_event_stream(upstream.headers))

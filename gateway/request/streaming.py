@@ -2,8 +2,8 @@
 
 It takes an iterator of chunks and one completion hook (as starlette's
 ``StreamingResponse`` takes an iterator and a background task), and
-optionally the first chunk already read and a ``seen`` callback each chunk is
-shown on its way (the proxy's usage observer: a plain call per chunk, not
+optionally the first chunk already read and a usage observer each chunk is
+shown on its way (``StreamObserver``: a plain call per chunk, not
 another async iterator layered on the replica's): the hook is
 told once how the stream ended (``RelayEnd``), whatever way it ends — after
 the last byte, on an upstream failure, or when the client goes away — and
@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -58,6 +59,12 @@ from engine.backends.base import Pour
 from engine.errors import EngineError
 from gateway.errors import anthropic_error_body, error_body
 from gateway.request.drain import Drain
+from gateway.request.usage import TAIL_BYTES, StreamObserver
+
+try:
+    from gateway._relay import EventTap as _CompiledTap
+except ImportError:  # the extension was not built: PyEventTap serves
+    _CompiledTap = None
 
 BODY_WRITER = "prefixgate.body_writer"
 """The ASGI extension (``scope["extensions"]``) of a server that takes a streamed answer's
@@ -124,6 +131,49 @@ class EventEdge:
         return held
 
 
+class PyEventTap:
+    """What a poured stream calls with each chunk: counts its events and bytes and keeps
+    the stream's tail for the usage observer (``StreamObserver.merge``, at the end),
+    hands a chunk that does not end an event to the ``edge`` (None: not an event
+    stream), and writes the rest with ``write``. ``EventTap`` is this, compiled
+    (``gateway/_relay.c``), where the extension is built."""
+
+    __slots__ = ("_edge", "_kept", "_kept_bytes", "_write", "events", "size")
+
+    def __init__(self, edge: EventEdge | None, write: Callable[[bytes], bool]) -> None:
+        self._edge = edge
+        self._write = write
+        self._kept: deque[bytes] = deque()
+        self._kept_bytes = 0
+        self.events = 0
+        self.size = 0
+
+    def __call__(self, chunk: bytes) -> bool:
+        self.events += chunk.count(b"data: ")
+        self.size += len(chunk)
+        kept = self._kept
+        kept.append(chunk)
+        self._kept_bytes += len(chunk)
+        while self._kept_bytes - len(kept[0]) >= TAIL_BYTES:
+            self._kept_bytes -= len(kept.popleft())
+        edge = self._edge
+        # A chunk that ends an event (every vLLM chunk) makes no call more.
+        if edge is not None and (edge.held or not chunk.endswith(EVENT_ENDS)):
+            chunk = edge.take(chunk)
+            if not chunk:
+                return True
+        return self._write(chunk)
+
+    def tail(self) -> list[bytes]:
+        """The last chunks tapped, at least ``TAIL_BYTES`` of them once that much went by."""
+        return list(self._kept)
+
+
+EventTap: Callable[[EventEdge | None, Callable[[bytes], bool]], PyEventTap] = \
+    _CompiledTap if _CompiledTap is not None else PyEventTap
+"""A poured stream's tap: the compiled one where ``gateway._relay`` is built."""
+
+
 class StreamCut(Exception):
     """The gateway ended the stream (its drain period is over)."""
 
@@ -146,8 +196,9 @@ class RelayStream(Response):
     when given, holds the stream while it relays so its end can cut it;
     ``disconnected`` is the proxy's watch on the client (done when it left),
     else the relay watches ``receive`` itself. ``first``: the first chunk, already
-    read from the replica (None: read it from ``chunks``); ``seen`` is called with
-    every chunk relayed, ``first`` included. ``events``: the body is an event stream,
+    read from the replica (None: read it from ``chunks``); ``observer`` is shown
+    every chunk relayed, ``first`` included (a poured stream's by its tap, merged in
+    when the pour ends). ``events``: the body is an event stream,
     relayed whole events at a time (``EventEdge``).
     """
 
@@ -159,7 +210,7 @@ class RelayStream(Response):
         on_complete: Callable[[RelayEnd], Awaitable[None]],
         *,
         first: bytes | None = None,
-        seen: Callable[[bytes], object] | None = None,
+        observer: StreamObserver | None = None,
         drain: Drain | None = None,
         disconnected: asyncio.Future[None] | None = None,
         pour: Pour | None = None,
@@ -172,7 +223,7 @@ class RelayStream(Response):
         self.anthropic = anthropic
         self.edge = EventEdge() if events else None
         self.first = first
-        self.seen = seen
+        self.observer = observer
         self.status_code = status_code
         self.background = None
         self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1"))
@@ -182,6 +233,7 @@ class RelayStream(Response):
         self.disconnected = disconnected
         self.first_sent_at: float | None = None
         self._relay_task: asyncio.Future[None] | None = None
+        self._tap: PyEventTap | None = None
         self._cut = False
 
     def cut(self) -> None:
@@ -206,15 +258,22 @@ class RelayStream(Response):
             outcome = exc
             raise
         finally:
+            self._merge_tap()  # the relay task's own finally may not have run: cancelled
             await self.on_complete(RelayEnd(outcome, self.first_sent_at))
+
+    def _merge_tap(self) -> None:
+        """What the pour's tap counted, told to the observer once."""
+        tap, self._tap = self._tap, None
+        if tap is not None and self.observer is not None:
+            self.observer.merge(tap.events, tap.size, tap.tail())
 
     async def _begin(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,
                     "headers": self.raw_headers})
         first = self.first if self.first is not None else await anext(self.chunks, b"")
         self.first = None
-        if self.seen is not None:
-            self.seen(first)
+        if self.observer is not None:
+            self.observer.feed(first)
         if self.edge is not None:
             first = self.edge.take(first)
         await send({"type": "http.response.body", "body": first, "more_body": True})
@@ -248,33 +307,22 @@ class RelayStream(Response):
         return ConnectionAbortedError("client disconnected")
 
     async def _relay(self, send: Send, writer: BodyWriter | None) -> None:
-        seen = self.seen or _unseen
+        observer = self.observer
         edge = self.edge
         try:
             if writer is not None and self.pour is not None and writer.ready():
                 # Each chunk goes from the replica's connection to the client's as it
-                # is parsed: no task step per chunk.
-                write = writer.write
-                if edge is None:
-                    def watched(chunk: bytes) -> bool:
-                        seen(chunk)
-                        return write(chunk)
-                else:
-                    take = edge.take
-
-                    def watched(chunk: bytes) -> bool:
-                        seen(chunk)
-                        # A chunk that ends an event (every vLLM chunk) makes no call more.
-                        if edge.held or not chunk.endswith(EVENT_ENDS):
-                            chunk = take(chunk)
-                            if not chunk:
-                                return True
-                        return write(chunk)
-
-                await self.pour(watched, writer.drain)
+                # is parsed, through one call (compiled where gateway._relay is built):
+                # no task step per chunk.
+                self._tap = EventTap(edge, writer.write)
+                try:
+                    await self.pour(self._tap, writer.drain)
+                finally:
+                    self._merge_tap()
             else:
                 async for chunk in self.chunks:
-                    seen(chunk)
+                    if observer is not None:
+                        observer.feed(chunk)
                     if edge is not None:
                         chunk = edge.take(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -286,10 +334,6 @@ class RelayStream(Response):
         # An event the replica left incomplete at the body's end goes as it came.
         await send({"type": "http.response.body", "body": edge.rest() if edge else b"",
                     "more_body": False})
-
-
-def _unseen(chunk: bytes) -> None:
-    """No one watches the chunks (``RelayStream(seen=None)``)."""
 
 
 async def wait_disconnect(receive: Receive) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import orjson
 
-_TAIL_BYTES = 16384
+TAIL_BYTES = 16384
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +79,7 @@ class StreamObserver:
         self.bytes = 0
         self._json: bool | None = None
         """Whether the answer is one JSON body (not SSE), from its first bytes."""
-        # The last chunks, at least _TAIL_BYTES of them once that much went by
+        # The last chunks, at least TAIL_BYTES of them once that much went by
         # (kept as a list: no copying per chunk).
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
@@ -93,8 +93,24 @@ class StreamObserver:
         tail = self._tail
         tail.append(chunk)
         self._tail_bytes += size
-        while self._tail_bytes - len(tail[0]) >= _TAIL_BYTES:
+        while self._tail_bytes - len(tail[0]) >= TAIL_BYTES:
             self._tail_bytes -= len(tail.popleft())
+
+    def merge(self, events: int, size: int, tail: list[bytes]) -> None:
+        """What a tap saw of the stream after what was fed here (``EventTap``: a poured
+        stream's chunks are counted in the call that writes them, not fed one by one):
+        its events, bytes and last chunks, as if each had been fed."""
+        if not size:
+            return
+        if self._json is None:  # all fed so far was blank: the first of the rest tells
+            self._json = next((c.lstrip()[:1] == b"{" for c in tail if c.strip()), None)
+        self.events += events
+        self.bytes += size
+        kept = self._tail
+        kept.extend(tail)
+        self._tail_bytes += sum(map(len, tail))
+        while self._tail_bytes - len(kept[0]) >= TAIL_BYTES:
+            self._tail_bytes -= len(kept.popleft())
 
     def usage(self) -> Usage | None:
         if self._json:

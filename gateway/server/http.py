@@ -73,6 +73,11 @@ from gateway.request.streaming import BODY_WRITER
 from gateway.server.balance import Balance, BalancedAcceptor
 from gateway.server.request_ids import clean_request_id
 
+try:
+    from gateway._relay import ChunkedWriter
+except ImportError:  # the extension was not built: CycleBodyWriter._write serves
+    ChunkedWriter = None
+
 log = logging.getLogger("prefixgate.server")
 
 MAX_HEADER_BYTES = 64 * 1024
@@ -143,17 +148,23 @@ class CycleBodyWriter:
     The answer's start, first chunk and end still go through ``send``, which keeps the
     cycle's state (started, complete, keep-alive) its own."""
 
-    __slots__ = ("_cycle",)
+    __slots__ = ("_cycle", "write")
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
         self._cycle = cycle
+        if ChunkedWriter is not None:
+            # The same write, compiled (gateway/_relay.c): a poured stream's every
+            # chunk goes through it.
+            self.write = ChunkedWriter(cycle)
+        else:
+            self.write = self._write
 
     def ready(self) -> bool:
         cycle = self._cycle
         return (cycle.response_started and not cycle.response_complete
                 and cycle.chunked_encoding is True and cycle.scope["method"] != "HEAD")
 
-    def write(self, chunk: bytes) -> bool:
+    def _write(self, chunk: bytes) -> bool:
         cycle = self._cycle
         if chunk and not cycle.disconnected:  # send() drops a gone client's chunks too
             cycle.transport.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
