@@ -33,7 +33,7 @@ from gateway.config import (
     parse_source_arg,
 )
 from gateway.lint.people import names_notice, unchecked_scripts
-from gateway.ops.block_table import report_block_table
+from gateway.ops.block_table import report_block_table, report_relay
 from gateway.prompt.tokenizer_source import configured_folder_problem
 from gateway.replicas.embedded import EmbeddedUnavailable, embedded_replicas
 from gateway.server.app import create_app
@@ -227,6 +227,7 @@ def main(argv: Sequence[str]) -> int:
     if not settings.access_log:
         logging.getLogger("prefixgate.access").setLevel(logging.WARNING)
     report_block_table()  # a warning when the pure-Python fallback serves
+    report_relay()  # the same for a stream's per-chunk relay
     unchecked = names_notice(unchecked_scripts()) if settings.lint.enabled else None
     if unchecked:  # the names extra is missing: said once, here and in the linter's output
         logging.getLogger("prefixgate").warning("prompt linter: %s", unchecked)

@@ -10,10 +10,15 @@ the gateway reports it:
 * at start-up: one log line, a WARNING for the fallback (``report_block_table``);
 * in ``GET /ready``'s body: ``"block_table": "compiled"`` or ``"python"``;
 * as ``prefixgate_block_table_info{backend}`` = 1 (``gateway.ops.metrics``).
+
+The same install builds a poured stream's per-chunk work (``gateway._relay``,
+``gateway.request.streaming.EventTap``); where it was not built its Python twin
+serves, and the start-up log says so too (``report_relay``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 from policies.block_table import default_backend
@@ -40,3 +45,18 @@ def report_block_table() -> str:
     else:
         log.info("block table: compiled (policies._blocktable)")
     return backend
+
+
+RELAY_FALLBACK_WARNING = (
+    "stream relay: python, the pure-Python fallback (gateway._relay was not built when "
+    "prefixgate was installed): every relayed chunk of a stream costs more CPU. Reinstall "
+    "where a C compiler is at hand (pip install prefixgate, or pip install -e . in a checkout).")
+
+
+def report_relay() -> bool:
+    """Log a warning when a poured stream's chunks go through the Python tap; True when the
+    compiled one serves."""
+    built = importlib.util.find_spec("gateway._relay") is not None
+    if not built:
+        log.warning(RELAY_FALLBACK_WARNING)
+    return built

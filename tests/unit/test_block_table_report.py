@@ -47,3 +47,13 @@ async def test_ready_and_metrics_name_the_table(backend: str,
     assert ready["block_table"] == backend
     assert f'prefixgate_block_table_info{{backend="{backend}"}} 1.0' in metrics
     assert metrics.count("prefixgate_block_table_info{") == 1
+
+
+def test_a_relay_without_its_compiled_tap_is_a_warning(monkeypatch: pytest.MonkeyPatch,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    assert block_table.report_relay() is True  # `make setup` built gateway._relay
+    monkeypatch.setattr(block_table.importlib.util, "find_spec", lambda name: None)
+    with caplog.at_level(logging.INFO, logger="prefixgate"):
+        assert block_table.report_relay() is False
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and "gateway._relay was not built" in record.getMessage()
