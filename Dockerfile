@@ -6,8 +6,9 @@
 # (arguments replace the default CMD, so give --host 0.0.0.0 again, or host: in --config)
 #
 # Two stages: the build stage has gcc for policies/_blocktable.c (the compiled block
-# table; setup.py falls back to the pure-Python one if the compiler is missing) and
-# leaves a self-contained venv; the runtime stage copies only that venv.
+# table) and gateway/_relay.c (a relayed stream's per-chunk work; setup.py falls back
+# to their pure-Python twins if the compiler is missing) and leaves a self-contained
+# venv; the runtime stage copies only that venv.
 #
 # BASE is any Debian-based image with Python 3.11 as `python` (and its venv module);
 # CI builds one from Debian's packages with mmdebstrap, where no registry can be
@@ -38,8 +39,8 @@ RUN --mount=type=bind,target=/context \
     /opt/prefixgate/bin/pip install --no-cache-dir \
         ${WHEELS:+--no-index --find-links /context/$WHEELS} ".${EXTRAS:+[$EXTRAS]}"
 # (from /, not /src: there the source tree, without the built module, would be imported)
-RUN cd / && /opt/prefixgate/bin/python -c "import policies._blocktable" \
-    || echo "prefixgate: no compiled block table, the pure-Python one serves"
+RUN cd / && /opt/prefixgate/bin/python -c "import policies._blocktable, gateway._relay" \
+    || echo "prefixgate: no compiled modules, the pure-Python ones serve"
 
 FROM ${BASE}
 RUN groupadd --gid 10001 prefixgate \

@@ -6,21 +6,13 @@ and ``gateway.server.http.CycleBodyWriter._write``)."""
 
 from setuptools import Extension, setup
 
+C_FLAGS = ["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+           "-Wno-missing-field-initializers"]
+
 setup(
     ext_modules=[
-        Extension(
-            "policies._blocktable",
-            sources=["policies/_blocktable.c"],
-            extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
-            optional=True,
-        ),
-        Extension(
-            "gateway._relay",
-            sources=["gateway/_relay.c"],
-            extra_compile_args=["-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
-            optional=True,
-        ),
+        Extension(name, sources=[source], extra_compile_args=C_FLAGS, optional=True)
+        for name, source in (("policies._blocktable", "policies/_blocktable.c"),
+                             ("gateway._relay", "gateway/_relay.c"))
     ]
 )

@@ -75,8 +75,8 @@ pids+=($!)
 
 echo "test-image: the gateway from the image's root filesystem"
 ctr=$("${B[@]}" from --quiet localhost/prefixgate:test)
-"${B[@]}" run --isolation chroot "$ctr" -- sh -c 'python -c "import policies._blocktable" \
-  && echo "test-image: the compiled block table is in the image"'
+"${B[@]}" run --isolation chroot "$ctr" -- sh -c 'python -c "import policies._blocktable, gateway._relay" \
+  && echo "test-image: the compiled block table and stream relay are in the image"'
 "${B[@]}" run --isolation chroot "$ctr" -- prefixgate serve --host 127.0.0.1 \
   --port "$gw_port" --replica "http://127.0.0.1:$sim_port" --model sim-model \
   >"$WORK/gateway.log" 2>&1 &
