@@ -99,7 +99,11 @@ def test_a_replica_that_cuts_one_answer_short_stays_in_rotation(stream: bool) ->
             if stream:
                 assert len(received) == 1  # the first event whole, the half second never
                 assert "failed mid-stream" in raised.value.message
-            wait_until(lambda: broken_checks(gw, "healthy") == 1, 15, "the replica checked")
+            try:
+                wait_until(lambda: broken_checks(gw, "healthy") == 1, 15, "the replica checked")
+            except AssertionError as exc:  # say why: a failed check, or none started
+                raise AssertionError(f"{exc}; failed checks {broken_checks(gw, 'failed')}; "
+                                     f"the gateway's log ends:\n{gw.log()[-4000:]}") from None
             assert list(healthy(gw).values()) == [True]
             assert broken_checks(gw, "failed") == 0
             for i in range(3):  # and the next clients are served at once
