@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -59,11 +58,13 @@ from engine.backends.base import Pour
 from engine.errors import EngineError
 from gateway.errors import anthropic_error_body, error_body
 from gateway.request.drain import Drain
-from gateway.request.usage import TAIL_BYTES, StreamObserver
+from gateway.request.usage import StreamObserver
 
 try:
+    from gateway._relay import ChunkedWriter
     from gateway._relay import EventTap as _CompiledTap
-except ImportError:  # the extension was not built: PyEventTap serves
+except ImportError:  # the extension was not built: the Python twins serve
+    ChunkedWriter = None
     _CompiledTap = None
 
 BODY_WRITER = "prefixgate.body_writer"
@@ -132,30 +133,21 @@ class EventEdge:
 
 
 class PyEventTap:
-    """What a poured stream calls with each chunk: counts its events and bytes and keeps
-    the stream's tail for the usage observer (``StreamObserver.merge``, at the end),
+    """What a poured stream calls with each chunk: counts it as the usage observer would
+    (events, bytes, the stream's tail; ``StreamObserver.merge`` takes them at the end),
     hands a chunk that does not end an event to the ``edge`` (None: not an event
     stream), and writes the rest with ``write``. ``EventTap`` is this, compiled
     (``gateway/_relay.c``), where the extension is built."""
 
-    __slots__ = ("_edge", "_kept", "_kept_bytes", "_write", "events", "size")
+    __slots__ = ("_edge", "_seen", "_write")
 
     def __init__(self, edge: EventEdge | None, write: Callable[[bytes], bool]) -> None:
         self._edge = edge
         self._write = write
-        self._kept: deque[bytes] = deque()
-        self._kept_bytes = 0
-        self.events = 0
-        self.size = 0
+        self._seen = StreamObserver()
 
     def __call__(self, chunk: bytes) -> bool:
-        self.events += chunk.count(b"data: ")
-        self.size += len(chunk)
-        kept = self._kept
-        kept.append(chunk)
-        self._kept_bytes += len(chunk)
-        while self._kept_bytes - len(kept[0]) >= TAIL_BYTES:
-            self._kept_bytes -= len(kept.popleft())
+        self._seen.feed(chunk)
         edge = self._edge
         # A chunk that ends an event (every vLLM chunk) makes no call more.
         if edge is not None and (edge.held or not chunk.endswith(EVENT_ENDS)):
@@ -164,15 +156,21 @@ class PyEventTap:
                 return True
         return self._write(chunk)
 
+    @property
+    def events(self) -> int:
+        return self._seen.events
+
+    @property
+    def size(self) -> int:
+        return self._seen.bytes
+
     def tail(self) -> list[bytes]:
-        """The last chunks tapped, at least ``TAIL_BYTES`` of them once that much went by."""
-        return list(self._kept)
+        return self._seen.tail()
 
 
 EventTap: Callable[[EventEdge | None, Callable[[bytes], bool]], PyEventTap] = \
     _CompiledTap if _CompiledTap is not None else PyEventTap
 """A poured stream's tap: the compiled one where ``gateway._relay`` is built."""
-
 
 class StreamCut(Exception):
     """The gateway ended the stream (its drain period is over)."""
@@ -258,14 +256,11 @@ class RelayStream(Response):
             outcome = exc
             raise
         finally:
-            self._merge_tap()  # the relay task's own finally may not have run: cancelled
+            # What a pour's tap counted (here, not in the relay task: a cancelled
+            # handler does not wait for that task's end).
+            if self._tap is not None and self.observer is not None:
+                self.observer.merge(self._tap.events, self._tap.size, self._tap.tail())
             await self.on_complete(RelayEnd(outcome, self.first_sent_at))
-
-    def _merge_tap(self) -> None:
-        """What the pour's tap counted, told to the observer once."""
-        tap, self._tap = self._tap, None
-        if tap is not None and self.observer is not None:
-            self.observer.merge(tap.events, tap.size, tap.tail())
 
     async def _begin(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code,
@@ -315,10 +310,7 @@ class RelayStream(Response):
                 # is parsed, through one call (compiled where gateway._relay is built):
                 # no task step per chunk.
                 self._tap = EventTap(edge, writer.write)
-                try:
-                    await self.pour(self._tap, writer.drain)
-                finally:
-                    self._merge_tap()
+                await self.pour(self._tap, writer.drain)
             else:
                 async for chunk in self.chunks:
                     if observer is not None:

@@ -90,11 +90,19 @@ class StreamObserver:
         self.events += chunk.count(b"data: ")
         size = len(chunk)
         self.bytes += size
-        tail = self._tail
-        tail.append(chunk)
+        self._tail.append(chunk)
         self._tail_bytes += size
+        self._trim()
+
+    def _trim(self) -> None:
+        """Drop the oldest chunks the last ``TAIL_BYTES`` do not need."""
+        tail = self._tail
         while self._tail_bytes - len(tail[0]) >= TAIL_BYTES:
             self._tail_bytes -= len(tail.popleft())
+
+    def tail(self) -> list[bytes]:
+        """The last chunks seen, at least ``TAIL_BYTES`` of them once that much went by."""
+        return list(self._tail)
 
     def merge(self, events: int, size: int, tail: list[bytes]) -> None:
         """What a tap saw of the stream after what was fed here (``EventTap``: a poured
@@ -106,11 +114,9 @@ class StreamObserver:
             self._json = next((c.lstrip()[:1] == b"{" for c in tail if c.strip()), None)
         self.events += events
         self.bytes += size
-        kept = self._tail
-        kept.extend(tail)
+        self._tail.extend(tail)
         self._tail_bytes += sum(map(len, tail))
-        while self._tail_bytes - len(kept[0]) >= TAIL_BYTES:
-            self._tail_bytes -= len(kept.popleft())
+        self._trim()
 
     def usage(self) -> Usage | None:
         if self._json:

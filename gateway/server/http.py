@@ -69,14 +69,9 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from gateway.config import ServerSettings, Settings
 from gateway.errors import error_body
 from gateway.request.drain import CUT_SECONDS, Drain
-from gateway.request.streaming import BODY_WRITER
+from gateway.request.streaming import BODY_WRITER, ChunkedWriter
 from gateway.server.balance import Balance, BalancedAcceptor
 from gateway.server.request_ids import clean_request_id
-
-try:
-    from gateway._relay import ChunkedWriter
-except ImportError:  # the extension was not built: CycleBodyWriter._write serves
-    ChunkedWriter = None
 
 log = logging.getLogger("prefixgate.server")
 

@@ -104,7 +104,7 @@ def test_compiled_and_python_taps_relay_and_count_alike(seed: int) -> None:
         fed.feed(chunk)
     for observer in (fast[2], slow[2]):
         assert (observer.events, observer.bytes) == (fed.events, fed.bytes)
-        assert list(observer._tail) == list(fed._tail)
+        assert observer.tail() == fed.tail()
         assert observer.usage() == fed.usage()
     assert fed.usage() is not None and fed.usage().prompt_tokens == 7  # type: ignore[union-attr]
 
