@@ -285,9 +285,22 @@ _DRAIN = 256
 _YIELD_EVERY = 256
 
 
+_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+"""As plain ints: ``zmq.POLLIN`` is a flag enum, and each ``&`` with it made one."""
+
+
 def _readable(socket: zmq.Socket[bytes]) -> bool:
     """A message waits on ``socket`` (reading EVENTS also re-arms its descriptor)."""
-    return bool(cast(int, socket.get(zmq.EVENTS)) & zmq.POLLIN)
+    return bool(cast(int, socket.get(_EVENTS)) & _POLLIN)
+
+
+def _receive(socket: zmq.Socket[bytes]) -> list[bytes]:
+    """A whole message from a socket ``_readable`` said holds one: ``recv_multipart``
+    without its Python layer (a message's frames all arrive together)."""
+    frames = [socket.recv(zmq.NOBLOCK)]
+    while socket.get(_RCVMORE):
+        frames.append(socket.recv(zmq.NOBLOCK))
+    return frames
 
 
 def _digest(payload: bytes) -> int:
@@ -441,14 +454,18 @@ class KVEventSubscriber:
                     if event["event"] & CONNECTED_EVENTS:
                         await self._catch_up(context)
                     continue  # a catch-up changed what live messages mean: look again
-                if _readable(live):
-                    for _ in range(_DRAIN):
-                        try:
-                            frames = live.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        await self._handle(context, frames)
-                    continue
+                drained = 0
+                while drained < _DRAIN and _readable(live):
+                    # asked before each receive: a receive that finds nothing raises,
+                    # and building that exception cost more than the look
+                    drained += 1
+                    try:
+                        frames = _receive(live)
+                    except zmq.Again:
+                        break
+                    await self._handle(context, frames)
+                if drained == _DRAIN:
+                    continue  # more may wait: monitor events get their look first
                 wake.clear()
                 if _readable(events) or _readable(live):
                     continue  # came between the looks above and the clear

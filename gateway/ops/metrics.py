@@ -18,6 +18,8 @@ incremented by the prompt linter.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import (
@@ -138,11 +140,37 @@ class GatewayMetrics:
         self.block_table_info.labels(block_table_backend()).set(1)
         self.pool = pool
         r.register(PoolCollector(pool))
+        self._replica_series: dict[str, ReplicaSeries] = {}
+        self._series: dict[int, dict[tuple[str, ...], Any]] = {}
 
     def register(self, *collectors: Collector) -> None:
         """Series read from other parts at scrape time (``gateway.server.parts``)."""
         for collector in collectors:
             self.registry.register(collector)
+
+    def replica_series(self, replica: str) -> ReplicaSeries:
+        """A replica's per-request series, looked up once."""
+        series = self._replica_series.get(replica)
+        if series is None:
+            if len(self._replica_series) >= SERIES_KEPT:
+                self._replica_series.clear()
+            series = self._replica_series[replica] = ReplicaSeries(
+                *(metric.labels(replica) for metric in (
+                    self.request_seconds, self.ttft_seconds, self.tpot_seconds,
+                    self.prompt_tokens, self.predicted_cached_tokens,
+                    self.usage_prompt_tokens, self.usage_cached_tokens,
+                    self.completion_tokens)))
+        return series
+
+    def series(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, looked up once per label values."""
+        kept = self._series.setdefault(id(metric), {})
+        child = kept.get(values)
+        if child is None:
+            if len(kept) >= SERIES_KEPT:
+                kept.clear()
+            child = kept[values] = metric.labels(*values)
+        return child
 
     def start_at_zero(self, lint_kinds: Iterable[str] = ()) -> None:
         """Give every counter a sample at 0 for the label values known at start-up.
@@ -168,6 +196,27 @@ class GatewayMetrics:
             self.prefix_drift_events.labels(model)
         for kind in lint_kinds:
             self.lint_findings.labels(kind)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSeries:
+    """The series a routed request's completion touches on its replica, each looked up
+    once (``GatewayMetrics.replica_series``): ``labels()`` checks and converts its values
+    and takes the metric's lock, and a completion touched eight of them."""
+
+    request_seconds: Any
+    ttft_seconds: Any
+    tpot_seconds: Any
+    prompt_tokens: Any
+    predicted_cached_tokens: Any
+    usage_prompt_tokens: Any
+    usage_cached_tokens: Any
+    completion_tokens: Any
+
+
+SERIES_KEPT = 4096
+"""Label values whose series are kept at hand (``GatewayMetrics.series``), per metric;
+past it the memo starts again (the series themselves stay in the registry)."""
 
 
 class PoolCollector(Collector):

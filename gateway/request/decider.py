@@ -55,8 +55,9 @@ class Decider:
             raise NoHealthyReplica(str(exc), headers={"retry-after": str(self.retry_after)}) from None
         if counted:
             elapsed = self.clock() - start
-            self.metrics.decision_seconds.labels(self.policy.name).observe(elapsed)
-            self.metrics.decisions.labels(self.policy.name, decision.reason).inc()
+            metrics, name = self.metrics, self.policy.name
+            metrics.series(metrics.decision_seconds, name).observe(elapsed)
+            metrics.series(metrics.decisions, name, decision.reason).inc()
         return decision
 
     # -- the request's lifecycle (gateway.request.lifecycle.RequestObserver) ------------

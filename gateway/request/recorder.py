@@ -36,24 +36,25 @@ class Recorder(Silent):
     def on_complete(self, exchange: Exchange) -> None:
         m, outcome, request = self.metrics, exchange.outcome, exchange.request
         replica = outcome.replica_id or "none"
-        m.requests.labels(exchange.model, replica, str(outcome.status)).inc()
+        m.series(m.requests, exchange.model, replica, str(outcome.status)).inc()
         elapsed = time.perf_counter() - exchange.started
         predicted = exchange.predicted_cached(replica)
         prompt_tokens = request.prompt_tokens if request is not None else 0
         if outcome.status == 200 and outcome.replica_id:
-            m.request_seconds.labels(replica).observe(elapsed)
-            m.prompt_tokens.labels(replica).inc(prompt_tokens)
-            m.predicted_cached_tokens.labels(replica).inc(predicted)
+            series = m.replica_series(replica)
+            series.request_seconds.observe(elapsed)
+            series.prompt_tokens.inc(prompt_tokens)
+            series.predicted_cached_tokens.inc(predicted)
             if outcome.ttft is not None:
-                m.ttft_seconds.labels(replica).observe(outcome.ttft)
+                series.ttft_seconds.observe(outcome.ttft)
                 if outcome.output_tokens > 1:
-                    m.tpot_seconds.labels(replica).observe(
+                    series.tpot_seconds.observe(
                         (elapsed - outcome.ttft) / (outcome.output_tokens - 1))
             if outcome.usage is not None:
-                m.usage_prompt_tokens.labels(replica).inc(outcome.usage.prompt_tokens)
-                m.completion_tokens.labels(replica).inc(outcome.usage.completion_tokens)
+                series.usage_prompt_tokens.inc(outcome.usage.prompt_tokens)
+                series.completion_tokens.inc(outcome.usage.completion_tokens)
                 if outcome.usage.cached_tokens is not None:
-                    m.usage_cached_tokens.labels(replica).inc(outcome.usage.cached_tokens)
+                    series.usage_cached_tokens.inc(outcome.usage.cached_tokens)
         if log.isEnabledFor(logging.INFO):
             decision = exchange.decision
             log.info(orjson.dumps({

@@ -121,10 +121,15 @@ class StreamObserver:
     def usage(self) -> Usage | None:
         if self._json:
             return self._json_usage(b"".join(self._tail))
-        for line in reversed(b"".join(self._tail).split(b"\n")):
-            if line.startswith(b"data: {") and b'"usage":{' in line.replace(b" ", b""):
+        # Any of the line ends SSE allows (CR LF, LF, CR), and a data field with or
+        # without its space: vLLM writes "data: ...\n\n", a server before it may not.
+        for line in reversed(b"".join(self._tail).splitlines()):
+            if b'"usage"' not in line or not line.startswith(b"data:"):
+                continue
+            data = line[5:].lstrip(b" ")
+            if data.startswith(b"{") and b'"usage":{' in data.replace(b" ", b""):
                 try:
-                    return usage_from_object(orjson.loads(line[6:]))
+                    return usage_from_object(orjson.loads(data))
                 except orjson.JSONDecodeError:
                     return None
         return None

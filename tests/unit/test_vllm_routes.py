@@ -331,6 +331,23 @@ def test_an_anthropic_answers_usage_is_its_three_parts_of_the_prompt() -> None:
     assert observer.usage() == expected
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n", "\r"])
+@pytest.mark.parametrize("field", ["data: ", "data:"])
+def test_a_streams_usage_is_read_whatever_line_ends_and_field_form_it_uses(
+        end: str, field: str) -> None:
+    """SSE allows three line ends and no space after the field's colon; a server in
+    front of vLLM may re-frame its stream so."""
+    observer = StreamObserver()
+    usage = {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14,
+             "prompt_tokens_details": {"cached_tokens": 8}}
+    for event in ({"choices": [{"delta": {"content": "hi"}}]},
+                  {"choices": [{"delta": {"content": "!"}}]},
+                  {"choices": [], "usage": usage}):
+        observer.feed(f"{field}{json.dumps(event)}{end}{end}".encode())
+    observer.feed(f"{field}[DONE]{end}{end}".encode())
+    assert observer.usage() == Usage(prompt_tokens=12, completion_tokens=2, cached_tokens=8)
+
+
 async def test_a_stored_response_whose_replica_is_out_of_rotation_is_a_503() -> None:
     a, b = Replica("a"), Replica("b")
     async with gateway([a, b], policy="round_robin") as client:
