@@ -141,7 +141,7 @@ class GatewayMetrics:
         self.pool = pool
         r.register(PoolCollector(pool))
         self._replica_series: dict[str, ReplicaSeries] = {}
-        self._series: dict[int, dict[tuple[str, ...], Any]] = {}
+        self._series: dict[object, dict[tuple[str, ...], Any]] = {}
 
     def register(self, *collectors: Collector) -> None:
         """Series read from other parts at scrape time (``gateway.server.parts``)."""
@@ -164,7 +164,7 @@ class GatewayMetrics:
 
     def series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, looked up once per label values."""
-        kept = self._series.setdefault(id(metric), {})
+        kept = self._series.setdefault(metric, {})
         child = kept.get(values)
         if child is None:
             if len(kept) >= SERIES_KEPT:
