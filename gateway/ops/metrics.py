@@ -164,7 +164,9 @@ class GatewayMetrics:
 
     def series(self, metric: Any, *values: str) -> Any:
         """``metric.labels(*values)``, looked up once per label values."""
-        kept = self._series.setdefault(metric, {})
+        kept = self._series.get(metric)
+        if kept is None:
+            kept = self._series[metric] = {}
         child = kept.get(values)
         if child is None:
             if len(kept) >= SERIES_KEPT:

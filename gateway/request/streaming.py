@@ -172,6 +172,7 @@ EventTap: Callable[[EventEdge | None, Callable[[bytes], bool]], PyEventTap] = \
     _CompiledTap if _CompiledTap is not None else PyEventTap
 """A poured stream's tap: the compiled one where ``gateway._relay`` is built."""
 
+
 class StreamCut(Exception):
     """The gateway ended the stream (its drain period is over)."""
 
