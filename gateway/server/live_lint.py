@@ -10,13 +10,19 @@ hash and a lookup). The real lint runs off the serving loop: the request is put
 on a bounded queue that one worker thread drains (``LintService.check_now``,
 which takes its own locks); when the queue is full the request is not linted
 and ``prefixgate_lint_dropped_total`` counts it. The queue is a deque the worker
-looks at every 20 ms while it has work, linting what came in the meantime in
-one go and letting the loop in between two lints
+looks at every 200 ms while it has work, linting what came in the meantime in
+one go and letting the loop in after each millisecond of it
 (backing off to a third of a second while it stays empty): a
 ``queue.Queue`` notified the worker on every put, from the serving loop
 (with ``Preparing``'s event, 7% of the gateway's samples under streaming
-traffic). Linting on the loop, even after the request had left, put its CPU time
-(tens of milliseconds for a long new prompt) in front of other requests'
+traffic). Why 200 ms and a millisecond: a lint of a known prefix costs some
+14 us in a loop of them, and 75 us when it runs alone after the thread slept
+(its code and data are no longer in the CPU's caches); looking every 20 ms
+and giving the interpreter back after each lint, the thread's lints cost
+130-151 us a request under ~90 streams, as now 101-102 us in three runs
+(docs/benchmarks/overhead.md, stop 60). Linting on the loop, even after the
+request had left, put its CPU time (tens of milliseconds for a long new
+prompt) in front of other requests'
 first bytes. A worker thread alone did not free the loop either: while both
 want the interpreter they take turns every switch interval, so in a burst
 the linter took half the gateway's time before each request left
@@ -57,9 +63,14 @@ QUEUE_REQUESTS = 1024
 IDLE_POLL_SECONDS = 0.5
 """How often a worker waiting for the gateway to be idle looks whether it is closing."""
 
-QUEUE_POLL_SECONDS = 0.02
+QUEUE_POLL_SECONDS = 0.2
 """How often the worker looks for requests to lint when it has just had some: what came in
-the meantime is linted in one go."""
+the meantime is linted in one go. A new prefix's warnings reach the header this much
+later at most; a lint run in a batch costs a fraction of one run alone."""
+
+YIELD_SECONDS = 0.001
+"""Thread CPU time the worker lints for before it lets the loop have the interpreter (if
+it waits): a known prefix's lint takes some 14 us, so not after each one."""
 
 QUEUE_POLL_MAX_SECONDS = 0.32
 """How often at most when it has had none for a while: each empty look doubles the wait up
@@ -149,6 +160,7 @@ class LiveLint(Silent):
 
     def _run(self) -> None:
         wait = QUEUE_POLL_SECONDS
+        yielded = time.thread_time()
         while True:
             try:
                 model, body, tenant, fields = self._queue.popleft()
@@ -156,6 +168,7 @@ class LiveLint(Silent):
                 if self._closing.is_set():
                     return
                 self._sleep(wait)
+                yielded = time.thread_time()
                 wait = min(wait * 2, QUEUE_POLL_MAX_SECONDS)
                 continue
             wait = QUEUE_POLL_SECONDS
@@ -170,6 +183,8 @@ class LiveLint(Silent):
             except Exception:
                 log.exception("prompt lint failed on a request (it was routed without it)")
             finally:
-                self.budget.charge(time.thread_time() - started)
-            if self._queue:
+                done = time.thread_time()
+                self.budget.charge(done - started)
+            if self._queue and done - yielded >= YIELD_SECONDS:
                 self._sleep(0)  # the interpreter to the loop between lints, if it waits
+                yielded = time.thread_time()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -187,6 +188,50 @@ def test_an_idle_linter_looks_at_its_queue_less_and_less_often() -> None:
     live._sleep = sleep
     live._run()
     first, most = live_lint.QUEUE_POLL_SECONDS, live_lint.QUEUE_POLL_MAX_SECONDS
-    assert waits[:8] == [first, 2 * first, 4 * first, 8 * first, most, most, most, most]
+    backoff = [min(first * 2 ** n, most) for n in range(8)]
+    assert backoff[0] < backoff[1] and backoff[-1] == most  # it does back off, to the most
+    assert waits[:8] == backoff
     assert waits[8] == first                   # it had work: it looks often again
     assert lint.checked == [("m", "t")]
+
+
+def test_cheap_lints_run_as_a_batch_and_a_long_one_lets_the_loop_in_after_it() -> None:
+    """The worker gives the interpreter to the loop (``sleep(0)``) once it has linted for
+    YIELD_SECONDS of its CPU, not after each lint: a known prefix's lint is some 14 us,
+    and each hand-over left the next one to run with cold caches. A lint longer than
+    that still lets the loop in right after it."""
+    from gateway.server import live_lint
+
+    class Burning(SlowLint):
+        def __init__(self, seconds: float) -> None:
+            super().__init__()
+            self.go.set()
+            self.seconds = seconds
+
+        def check_now(self, model: str, body: Any, tenant: str | None,
+                      fields: Any = None) -> int:
+            end = time.thread_time() + self.seconds
+            while time.thread_time() < end:
+                pass
+            return super().check_now(model, body, tenant, fields)
+
+    def yields(each: float, lints: int) -> int:
+        lint = Burning(each)
+        live = LiveLint(lint, SimpleNamespace(lint_dropped=None), Preparing())  # type: ignore[arg-type]
+        for i in range(lints):
+            live.take(exchange(f"t{i}"))
+        given: list[float] = []
+
+        def sleep(seconds: float) -> None:
+            given.append(seconds)
+            if seconds:          # the queue is empty: the worker waits for more
+                live._closing.set()
+
+        live._sleep = sleep
+        live._run()
+        assert len(lint.checked) == lints
+        return given.count(0)
+
+    step = live_lint.YIELD_SECONDS
+    assert 1 <= yields(step / 10, 20) <= 3     # 20 lints, 2 ms in all: once or twice
+    assert yields(step * 2, 3) == 2            # after the first and the second, not the last
