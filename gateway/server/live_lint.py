@@ -187,4 +187,4 @@ class LiveLint(Silent):
                 self.budget.charge(done - started)
             if self._queue and done - yielded >= YIELD_SECONDS:
                 self._sleep(0)  # the interpreter to the loop between lints, if it waits
-                yielded = time.thread_time()
+                yielded = done
